@@ -1,0 +1,65 @@
+"""Abstract base of Driftline's drift detectors.
+
+Kept as small as river's ``river.base.DriftDetector``: a detector is fed one value at a
+time through ``update`` and says through the read-only ``drift_detected`` whether that
+value completed a drift. Everything a detector needs is passed to ``__init__`` and
+stored unchanged, so ``clone`` can rebuild a fresh detector from its parameters alone
+(the retraining side restarts monitoring without knowing the detector's class).
+"""
+
+from __future__ import annotations
+
+import abc
+import copy
+import inspect
+from typing import Any, Self
+
+__all__ = ["DriftDetector"]
+
+
+class DriftDetector(abc.ABC):
+    """A detector of change in a stream of values.
+
+    Subclasses store every ``__init__`` argument under an attribute of the same name;
+    ``get_params`` and ``clone`` rely on that convention.
+    """
+
+    def __init__(self) -> None:
+        self._drift_detected = False
+
+    @property
+    def drift_detected(self) -> bool:
+        """Whether the last call to ``update`` signalled a drift."""
+        return self._drift_detected
+
+    @abc.abstractmethod
+    def update(self, x: Any) -> Any:
+        """Feed one value to the detector."""
+
+    @abc.abstractmethod
+    def reset(self) -> None:
+        """Forget everything seen so far, keeping the parameters."""
+
+    def get_params(self) -> dict[str, Any]:
+        """The ``__init__`` arguments this detector was built with.
+
+        Returns
+        -------
+        dict
+            Parameter name to value, read back from the attributes of the same name.
+        """
+        signature = inspect.signature(type(self).__init__)
+        names = [
+            name
+            for name, param in signature.parameters.items()
+            if name != "self" and param.kind not in (param.VAR_POSITIONAL, param.VAR_KEYWORD)
+        ]
+        return {name: getattr(self, name) for name in names}
+
+    def clone(self) -> Self:
+        """A fresh detector with the same parameters and none of the state.
+
+        Parameters are deep-copied so the clone never shares a mutable default with
+        the original.
+        """
+        return type(self)(**copy.deepcopy(self.get_params()))

@@ -1,0 +1,292 @@
+"""The object store: named immutable blobs shared by the registry, coordinator and workers.
+
+The serving process, the retraining coordinator and its short-lived workers share no
+memory and no database connection; they exchange model versions (and, with distributed
+training, data shards and updates) through an object store. :class:`ObjectStore` is the
+small interface all of them program against; :class:`FileObjectStore` implements it on a
+local directory (the embedded default and the test double), and an S3 implementation
+will join through :func:`register_object_store` without changes to the callers.
+
+Keys are '/'-separated relative paths, as in S3 (``models/v3/model.npz``). Writes are
+atomic: a reader sees the previous object or the complete new one, never a part.
+
+Key layout
+----------
+``models/<version>/model.npz``
+    A published model version: the artifact of :func:`functions.artifacts.model_to_bytes`.
+    Its checksum lives in the model registry, which verifies it on load.
+
+Planned, not written by any code yet (they arrive with distributed retraining, design §4):
+``shards/<job>/...`` (a job's data window split per worker), ``snapshots/<job>/...``
+(the model φ_t each epoch's workers pull), ``deltas/<job>/...`` (the workers' updates) and
+``checkpoints/<job>/...`` (the coordinator's per-epoch state, so a crash resumes).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from pathlib import Path
+from urllib.parse import unquote, urlsplit
+
+__all__ = [
+    "MODELS_PREFIX",
+    "FileObjectStore",
+    "ObjectNotFound",
+    "ObjectStore",
+    "model_key",
+    "open_object_store",
+    "register_object_store",
+    "validate_key",
+]
+
+MODELS_PREFIX = "models/"
+
+# Temporary files of in-flight writes start with this; keys may not, so a temp file
+# can never be mistaken for (or collide with) an object.
+_TMP_PREFIX = ".tmp-put-"
+
+
+class ObjectNotFound(KeyError):
+    """No object is stored under the key."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+    def __str__(self) -> str:
+        # KeyError's own __str__ shows only the repr of its argument.
+        return f"no object with key {self.key!r}"
+
+
+class ObjectStore(ABC):
+    """Named blobs behind '/'-separated keys; see the module docstring for the layout."""
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store `data` under `key`, replacing any object there, atomically."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The object's bytes; :class:`ObjectNotFound` if there is none."""
+
+    @abstractmethod
+    def exists(self, key: str) -> bool:
+        """Whether an object is stored under `key`."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object under `key`; a missing object is not an error."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[str]:
+        """Sorted keys that start with `prefix` (a plain string prefix, as in S3)."""
+
+    @property
+    @abstractmethod
+    def url(self) -> str:
+        """A URL that :func:`open_object_store` turns back into an equivalent store."""
+
+
+def validate_key(key: str) -> str:
+    """Return `key` if it is a safe relative '/'-separated key, else raise ValueError.
+
+    Rejected: empty keys, absolute keys, backslashes, NUL, empty / '.' / '..'
+    components and components starting with the temp-file prefix. On a file system this
+    is what keeps every object inside the store's root; other stores apply the same
+    rule so that keys are portable between them.
+    """
+    if not isinstance(key, str) or not key:
+        raise ValueError(f"object key must be a non-empty string, got {key!r}")
+    if key.startswith("/") or "\\" in key or "\x00" in key:
+        raise ValueError(f"object key {key!r} must be relative, without backslashes or NUL")
+    for part in key.split("/"):
+        if part in ("", ".", "..") or part.startswith(_TMP_PREFIX):
+            raise ValueError(f"object key {key!r} has an invalid component {part!r}")
+    return key
+
+
+def model_key(version: str) -> str:
+    """Key of a model version's artifact, ``models/<version>/model.npz``."""
+    if not version or "/" in version:
+        raise ValueError(f"model version must be non-empty and without '/', got {version!r}")
+    return validate_key(f"{MODELS_PREFIX}{version}/model.npz")
+
+
+class FileObjectStore(ObjectStore):
+    """An object store in a local directory; each key is a file below `root`.
+
+    `put` writes a temporary file in the target directory, fsyncs it, renames it over
+    the target with ``os.replace`` (atomic on POSIX and Windows) and fsyncs the
+    directory, so that after `put` returns the object survives a crash, and a
+    concurrent reader sees the old or the new object, never a part. Like S3 objects,
+    keys do not nest: ``a`` and ``a/b`` cannot both exist here (a ValueError says so).
+    New files are readable by the owner only (``tempfile.mkstemp``'s 0600).
+
+    Parameters
+    ----------
+    root
+        Directory holding the objects; created if missing.
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self._root = Path(root).expanduser().resolve()
+        self._root.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def root(self) -> Path:
+        return self._root
+
+    @property
+    def url(self) -> str:
+        return self._root.as_uri()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({str(self._root)!r})"
+
+    def _path(self, key: str) -> Path:
+        return self._root.joinpath(*validate_key(key).split("/"))
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        if not isinstance(data, bytes | bytearray | memoryview):
+            raise TypeError(f"object data must be bytes, got {type(data).__name__}")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except (FileExistsError, NotADirectoryError) as exc:
+            raise ValueError(f"key {key!r} runs through an existing object") from exc
+        fd, tmp = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=path.parent)
+        try:
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        except IsADirectoryError as exc:
+            _discard(tmp)
+            raise ValueError(f"key {key!r} is a prefix of existing objects") from exc
+        except BaseException:  # incl. KeyboardInterrupt: never leave the temp file behind
+            _discard(tmp)
+            raise
+        _fsync_directory(path.parent)
+
+    def get(self, key: str) -> bytes:
+        path = self._path(key)
+        try:
+            return path.read_bytes()
+        except (FileNotFoundError, IsADirectoryError, NotADirectoryError) as exc:
+            raise ObjectNotFound(key) from exc
+
+    def exists(self, key: str) -> bool:
+        return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        if not path.is_file():
+            return
+        with contextlib.suppress(FileNotFoundError):  # a concurrent delete won the race
+            path.unlink()
+
+    def list(self, prefix: str = "") -> list[str]:
+        _check_prefix(prefix)
+        directory, _, _ = prefix.rpartition("/")
+        base = self._root.joinpath(*directory.split("/")) if directory else self._root
+        keys: list[str] = []
+        for current, dirnames, filenames in os.walk(base):
+            rel = Path(current).relative_to(self._root).as_posix()
+            rel = "" if rel == "." else f"{rel}/"
+            # Descend only into directories that can hold keys with this prefix.
+            dirnames[:] = [d for d in dirnames if _could_match(f"{rel}{d}/", prefix)]
+            keys.extend(
+                f"{rel}{name}"
+                for name in filenames
+                if not name.startswith(_TMP_PREFIX) and f"{rel}{name}".startswith(prefix)
+            )
+        return sorted(keys)
+
+
+def _check_prefix(prefix: str) -> None:
+    if not isinstance(prefix, str):
+        raise ValueError(f"prefix must be a string, got {prefix!r}")
+    if prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or ".." in prefix.split("/"):
+        raise ValueError(f"prefix {prefix!r} must be relative, without backslashes or '..'")
+
+
+def _could_match(directory: str, prefix: str) -> bool:
+    return directory.startswith(prefix) or prefix.startswith(directory)
+
+
+def _discard(path: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+
+
+def _fsync_directory(path: Path) -> None:
+    """Make a rename in `path` durable; a no-op where directories cannot be opened."""
+    flags = os.O_RDONLY | getattr(os, "O_DIRECTORY", 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError:  # e.g. Windows, where a directory cannot be opened this way
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+ObjectStoreFactory = Callable[[str], ObjectStore]
+
+
+def _open_file_url(url: str) -> ObjectStore:
+    parts = urlsplit(url)
+    if parts.netloc not in ("", "localhost") or parts.query or parts.fragment:
+        raise ValueError(f"file:// object store URL must be file:///absolute/path, got {url!r}")
+    path = unquote(parts.path)
+    if not path.startswith("/"):
+        raise ValueError(f"file:// object store URL needs an absolute path, got {url!r}")
+    return FileObjectStore(path)
+
+
+_FACTORIES: dict[str, ObjectStoreFactory] = {"file": _open_file_url}
+
+
+def register_object_store(scheme: str, factory: ObjectStoreFactory) -> None:
+    """Make :func:`open_object_store` hand URLs with `scheme` (e.g. "s3") to `factory`.
+
+    The factory receives the full URL. Registering a scheme again replaces its factory.
+    """
+    if not scheme or not scheme.replace("+", "").replace("-", "").replace(".", "").isalnum():
+        raise ValueError(f"invalid URL scheme {scheme!r}")
+    _FACTORIES[scheme.lower()] = factory
+
+
+def open_object_store(url: str) -> ObjectStore:
+    """The object store a URL names: ``file:///abs/path`` or a plain directory path.
+
+    Other schemes are served by factories added with :func:`register_object_store`.
+
+    Examples
+    --------
+    >>> import tempfile
+    >>> with tempfile.TemporaryDirectory() as root:
+    ...     store = open_object_store(root)
+    ...     store.put("models/v1/model.npz", b"...")
+    ...     print(store.list("models/"), open_object_store(store.url).get("models/v1/model.npz"))
+    ['models/v1/model.npz'] b'...'
+    """
+    if not isinstance(url, str) or not url.strip():
+        raise ValueError(f"object store URL must be a non-empty string, got {url!r}")
+    if "://" not in url:
+        return FileObjectStore(url)
+    scheme = url.split("://", 1)[0].lower()
+    factory = _FACTORIES.get(scheme)
+    if factory is None:
+        supported = ", ".join(f"{s}://" for s in sorted(_FACTORIES))
+        raise ValueError(
+            f"unsupported object store scheme {scheme!r} in {url!r}; "
+            f"supported: {supported} or a plain directory path"
+        )
+    return factory(url)

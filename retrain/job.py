@@ -1,0 +1,110 @@
+"""Running one retraining job, epoch by epoch, to convergence.
+
+The job owns the loop and the stopping rule; the configurator picks each epoch's config
+vector; the backend does the arithmetic. Each finished epoch is reported through
+``on_epoch`` so the caller can persist it before the next one starts.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from configurator.base import Configurator, Observation
+from functions.mf import BiasedMF
+from retrain.backends import TrainingBackend
+from retrain.convergence import ConvergenceRule, StopReason
+from retrain.window import RatingsWindow
+
+
+@dataclass(frozen=True)
+class EpochRecord:
+    """One finished epoch as the job record keeps it."""
+
+    epoch: int
+    loss: float
+    duration_s: float
+    config: dict[str, Any]
+    cost_usd: float = 0.0
+
+
+@dataclass
+class JobResult:
+    """The trained model and how it got there."""
+
+    model: BiasedMF
+    stop_reason: StopReason
+    epochs: list[EpochRecord] = field(default_factory=list)
+    holdout_rmse: float | None = None
+    train_events: int = 0
+    holdout_events: int = 0
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(e.cost_usd for e in self.epochs)
+
+
+def starting_model(base: BiasedMF | None, template: BiasedMF, window: RatingsWindow) -> BiasedMF:
+    """A warm start from the serving model when there is one, else a fresh model.
+
+    Warm starts keep what the model knows about users and items absent from the window,
+    which is what continual learning is for; they also converge in fewer epochs.
+    """
+    model = base.copy() if base is not None else template.clone()
+    if base is None and len(window):
+        model.global_mean = float(np.mean(window.ratings))
+    model.grow(window.user_ids, window.item_ids)
+    return model
+
+
+def run_training(
+    model: BiasedMF,
+    window: RatingsWindow,
+    backend: TrainingBackend,
+    configurator: Configurator,
+    rule: ConvergenceRule,
+    on_epoch: Callable[[EpochRecord], None] | None = None,
+) -> JobResult:
+    """Train ``model`` on ``window`` until ``rule`` says stop; returns the result."""
+    if len(window) == 0:
+        raise ValueError("a retraining window needs at least one labelled event")
+    train, holdout = window.split_holdout()
+    backend.prepare(model, train)
+    history: list[Observation] = []
+    epochs: list[EpochRecord] = []
+    started = time.perf_counter()
+    stop: StopReason | None = None
+    while stop is None:
+        config = configurator.propose(len(epochs), history)
+        outcome = backend.run_epoch(config)
+        record = EpochRecord(
+            len(epochs), outcome.loss, outcome.duration_s, config.as_dict(), outcome.cost_usd
+        )
+        epochs.append(record)
+        history.append(Observation(config, outcome.duration_s, outcome.loss, outcome.cost_usd))
+        if on_epoch is not None:
+            on_epoch(record)
+        spent = sum(e.cost_usd for e in epochs)
+        stop = rule.check([e.loss for e in epochs], time.perf_counter() - started, spent)
+    trained = backend.result()
+    return JobResult(
+        model=trained,
+        stop_reason=stop,
+        epochs=epochs,
+        holdout_rmse=_rmse(trained, holdout),
+        train_events=len(train),
+        holdout_events=len(holdout),
+    )
+
+
+def _rmse(model: BiasedMF, holdout: RatingsWindow) -> float | None:
+    if len(holdout) == 0:
+        return None
+    predictions = model.predict(holdout.user_ids, holdout.item_ids)
+    value = float(np.sqrt(np.mean((predictions - holdout.ratings) ** 2)))
+    return value if math.isfinite(value) else None

@@ -1,0 +1,114 @@
+"""GET /dashboard: one server-rendered page for operators, no JavaScript build."""
+
+from __future__ import annotations
+
+from html import escape
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+
+from service.api.deps import PipelineDep
+from service.store.alerts import list_alerts, list_heartbeats
+from service.store.jobs import list_jobs
+
+router = APIRouter(tags=["ops"])
+
+_STYLE = (
+    "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}"
+    "table{border-collapse:collapse;margin-bottom:2rem}"
+    "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:right}"
+    "th{background:#f3f3f3}h2{margin-top:2rem}"
+)
+
+
+def _table(headers: list[str], rows: list[list[object]]) -> str:
+    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>" + "".join(f"<td>{escape(_fmt(v))}</td>" for v in row) + "</tr>" for row in rows
+    )
+    return f"<table><tr>{head}</tr>{body or '<tr><td>none yet</td></tr>'}</table>"
+
+
+def _fmt(value: object) -> str:
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return "" if value is None else str(value)
+
+
+def _chart(points: list[dict], width: int = 800, height: int = 220) -> str:
+    """Prequential RMSE per heartbeat: served model (blue) and never-retrained (grey)."""
+    if len(points) < 2:
+        return "<p>Not enough heartbeats yet.</p>"
+    xs = [p["events_seen"] for p in points]
+    values = [p["rmse"] for p in points] + [p["static_rmse"] or p["rmse"] for p in points]
+    low, high = min(values), max(values)
+    span_x, span_y = (xs[-1] - xs[0]) or 1, (high - low) or 1
+
+    def path(key: str) -> str:
+        coords = (
+            f"{(x - xs[0]) / span_x * width:.1f},"
+            f"{height - ((p[key] or p['rmse']) - low) / span_y * height:.1f}"
+            for x, p in zip(xs, points, strict=True)
+        )
+        return " ".join(coords)
+
+    return (
+        f'<svg width="{width}" height="{height}" style="border:1px solid #ddd">'
+        f'<polyline fill="none" stroke="#999" points="{path("static_rmse")}"/>'
+        f'<polyline fill="none" stroke="#1565c0" points="{path("rmse")}"/></svg>'
+        f"<p>RMSE {low:.3f}–{high:.3f} over {xs[0]}–{xs[-1]} labelled events; "
+        "blue: Driftline, grey: never retrained.</p>"
+    )
+
+
+@router.get("/dashboard", response_class=HTMLResponse)
+def dashboard(pipeline: PipelineDep) -> str:
+    with pipeline.db.connect() as conn:
+        beats = list_heartbeats(conn)
+        alerts = list_alerts(conn, 50)
+        jobs = list_jobs(conn, 50)
+    summary = pipeline.tracker.summary()
+    return (
+        f"<!doctype html><html><head><title>Driftline</title><style>{_STYLE}</style></head>"
+        f"<body><h1>Driftline</h1><p>Serving model <b>{escape(str(pipeline.serving.version))}"
+        f"</b>; {pipeline.labelled_seen} labelled events evaluated.</p>"
+        f"<h2>Live accuracy</h2>{_chart(beats)}"
+        + _table(
+            ["track", "rmse", "events"],
+            [[name, t.get("rmse"), t.get("count")] for name, t in summary.items()],
+        )
+        + "<h2>Drift alerts</h2>"
+        + _table(
+            ["id", "events seen", "before", "after", "model", "job"],
+            [
+                [
+                    a["id"],
+                    a["events_seen"],
+                    a["before"],
+                    a["after"],
+                    a["model_version"],
+                    a["retrain_job_id"],
+                ]
+                for a in alerts
+            ],
+        )
+        + "<h2>Retraining jobs</h2>"
+        + _table(
+            ["id", "trigger", "status", "runtime", "window", "epochs", "stop", "model", "cost $"],
+            [
+                [
+                    j["id"],
+                    j["trigger"],
+                    j["status"],
+                    j["runtime"],
+                    j["window_events"],
+                    len(j["epochs"]),
+                    j["stop_reason"],
+                    j["model_version"],
+                    j["cost_usd"],
+                ]
+                for j in jobs
+            ],
+        )
+        + "</body></html>"
+    )

@@ -1,0 +1,42 @@
+"""Retraining jobs: list, inspect, start by hand."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, HTTPException, Query
+from fastapi.concurrency import run_in_threadpool
+
+from service.api.deps import PipelineDep
+from service.api.schemas import JobPublic, JobsPublic, RetrainAccepted
+from service.retraining import JobAlreadyRunning, NothingToTrain
+from service.store.jobs import get_job, list_jobs
+
+router = APIRouter(tags=["jobs"])
+
+
+@router.get("/jobs", response_model=JobsPublic)
+def jobs(pipeline: PipelineDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobsPublic:
+    with pipeline.db.connect() as conn:
+        rows = list_jobs(conn, limit)
+    return JobsPublic(jobs=[JobPublic.from_record(row) for row in rows])
+
+
+@router.get("/jobs/{job_id}", response_model=JobPublic)
+def job(pipeline: PipelineDep, job_id: int) -> JobPublic:
+    with pipeline.db.connect() as conn:
+        row = get_job(conn, job_id)
+    if row is None:
+        raise HTTPException(404, f"no retraining job {job_id}")
+    return JobPublic.from_record(row)
+
+
+@router.post("/retrain", response_model=RetrainAccepted, status_code=202)
+async def retrain(pipeline: PipelineDep) -> RetrainAccepted:
+    try:
+        job_id = await run_in_threadpool(pipeline.retrainer.request, "manual", None, exclusive=True)
+    except JobAlreadyRunning as exc:
+        raise HTTPException(409, str(exc)) from exc
+    except NothingToTrain as exc:
+        raise HTTPException(409, str(exc)) from exc
+    return RetrainAccepted(job_id=job_id, status="started")

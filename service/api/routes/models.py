@@ -1,0 +1,18 @@
+"""GET /models: the registry."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+
+from service.api.deps import PipelineDep
+from service.api.schemas import ModelsPublic, VersionPublic
+
+router = APIRouter(tags=["models"])
+
+
+@router.get("/models", response_model=ModelsPublic)
+def models(pipeline: PipelineDep) -> ModelsPublic:
+    rows = pipeline.registry.versions()
+    return ModelsPublic(
+        current=pipeline.serving.version, versions=[VersionPublic(**row) for row in rows]
+    )

@@ -1,0 +1,132 @@
+"""Request and response models of the HTTP API (DESIGN.md §3)."""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any
+
+from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StringConstraints
+
+Identifier = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256)]
+# Strict: a JSON number (int or float), never a numeric string or a boolean.
+Number = StrictFloat
+
+
+class EventIn(BaseModel):
+    """One event as a client sends it; unknown fields are refused, not ignored."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    event_id: Identifier | None = None
+    user_id: Identifier
+    item_id: Identifier
+    rating: Number | None = None
+    timestamp: Number | None = None
+
+    def range_errors(self, rating_min: float, rating_max: float) -> list[tuple[str, str]]:
+        """(field, message) for values that parse but are not acceptable."""
+        errors: list[tuple[str, str]] = []
+        if self.rating is not None:
+            if not math.isfinite(self.rating):
+                errors.append(("rating", f"rating must be a finite number, got {self.rating}"))
+            elif not rating_min <= self.rating <= rating_max:
+                errors.append(
+                    ("rating", f"rating {self.rating} is outside {rating_min}..{rating_max}")
+                )
+        if self.timestamp is not None and not math.isfinite(self.timestamp):
+            errors.append(("timestamp", f"timestamp must be finite, got {self.timestamp}"))
+        return errors
+
+
+class IngestResult(BaseModel):
+    accepted: int
+    duplicates: int
+
+
+class ScoredItem(BaseModel):
+    item_id: str
+    score: float
+
+
+class RecommendationPublic(BaseModel):
+    user_id: str
+    items: list[ScoredItem]
+    model_version: str
+    source: str = Field(description="'model' for personalised results, 'popular' otherwise")
+
+
+class AlertPublic(BaseModel):
+    id: int
+    detected_at: float
+    metric: str
+    before: float
+    after: float
+    events_seen: int
+    model_version: str | None
+    retrain_job_id: int | None
+
+
+class AlertsPublic(BaseModel):
+    alerts: list[AlertPublic]
+
+
+class VersionPublic(BaseModel):
+    version: str
+    created_at: float
+    rmse: float | None
+    checksum: str
+    job_id: int | None
+    n_users: int
+    n_items: int
+
+
+class ModelsPublic(BaseModel):
+    current: str | None
+    versions: list[VersionPublic]
+
+
+class EpochPublic(BaseModel):
+    epoch: int
+    loss: float
+    duration_s: float
+    config: dict[str, Any]
+
+
+class JobPublic(BaseModel):
+    id: int
+    policy: str
+    trigger: str
+    status: str
+    runtime: str
+    created_at: float
+    started_at: float | None
+    finished_at: float | None
+    duration_s: float | None
+    base_version: str | None
+    model_version: str | None
+    window_events: int | None
+    stop_reason: str | None
+    cost_usd: float | None
+    error: str | None
+    params: dict[str, Any]
+    alert_ids: list[int]
+    loss_curve: list[float]
+    epochs: list[EpochPublic]
+
+    @classmethod
+    def from_record(cls, job: dict[str, Any]) -> JobPublic:
+        started, finished = job.get("started_at"), job.get("finished_at")
+        return cls(
+            **{k: v for k, v in job.items() if k in cls.model_fields},
+            duration_s=(finished - started) if started and finished else None,
+            loss_curve=[e["loss"] for e in job["epochs"]],
+        )
+
+
+class JobsPublic(BaseModel):
+    jobs: list[JobPublic]
+
+
+class RetrainAccepted(BaseModel):
+    job_id: int
+    status: str

@@ -1,0 +1,98 @@
+"""The ``driftline`` command line."""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from service.settings import Settings
+
+app = typer.Typer(help="Driftline: streaming continual learning for recommendations.")
+
+
+def _settings(**overrides: Any) -> Settings:
+    """Flags win over DRIFTLINE_* variables, which win over defaults."""
+    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+
+@app.command()
+def serve(
+    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
+    port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="SQLite file and object store.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL.")] = None,
+    object_store_url: Annotated[str | None, typer.Option(help="file:// or s3:// URL.")] = None,
+    heartbeat_events: Annotated[int | None, typer.Option(help="Events per heartbeat.")] = None,
+    min_relative_drop: Annotated[
+        float | None, typer.Option(help="Accuracy drop an alert needs.")
+    ] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
+) -> None:
+    """Run the service (embedded default: SQLite and file:// under --data-dir)."""
+    import uvicorn
+
+    from service.app import create_app
+
+    settings = _settings(
+        host=host,
+        port=port,
+        data_dir=data_dir,
+        database_url=database_url,
+        object_store_url=object_store_url,
+        heartbeat_events=heartbeat_events,
+        min_relative_drop=min_relative_drop,
+        log_level=log_level,
+    )
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    uvicorn.run(
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        access_log=False,
+    )
+
+
+@app.command()
+def demo(
+    limit: Annotated[
+        int | None, typer.Option(help="Replay only the first N ratings (shorter demo).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Events per POST /ingest.")] = 500,
+    user: Annotated[str | None, typer.Option(help="User whose top 10 to show.")] = None,
+) -> None:
+    """Replay MovieLens through a live service and summarise what happened."""
+    from service.demo import run_demo
+
+    run_demo(limit=limit, batch_size=batch_size, user=user)
+
+
+@app.command()
+def bench(
+    name: Annotated[str, typer.Argument(help="Benchmark: prequential.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
+    dataset: Annotated[Path | None, typer.Option(help="Ratings file to replay.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Use the first N ratings.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Events per ingested batch.")] = 500,
+) -> None:
+    """Run a benchmark and print its measured figures."""
+    from service.bench import BENCHMARKS
+
+    if name not in BENCHMARKS:
+        raise typer.BadParameter(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}")
+    result = BENCHMARKS[name](dataset=dataset, limit=limit, batch_size=batch_size)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+    else:
+        for key, value in sorted(result.items()):
+            typer.echo(f"{key:32} {value}")
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,51 @@
+"""Prometheus metrics of one service instance.
+
+Each app owns its own ``CollectorRegistry`` instead of the process-global one, so two
+services in one process (tests, the benchmark) never share or clash over counters.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+
+
+class Metrics:
+    """The counters, gauges and histograms Driftline exports on ``/metrics``."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.events_ingested = Counter(
+            "driftline_events_ingested", "Events newly stored.", registry=r
+        )
+        self.events_duplicate = Counter(
+            "driftline_events_duplicate", "Events skipped as already stored.", registry=r
+        )
+        self.ingest_rejected = Counter(
+            "driftline_ingest_rejected", "Ingest requests refused.", ["reason"], registry=r
+        )
+        self.prequential_rmse = Gauge(
+            "driftline_prequential_rmse",
+            "RMSE of the newest heartbeat (test-then-train).",
+            ["model"],
+            registry=r,
+        )
+        self.labelled_events = Counter(
+            "driftline_labelled_events_evaluated", "Labelled events evaluated.", registry=r
+        )
+        self.drift_alerts = Counter("driftline_drift_alerts", "Drift alerts raised.", registry=r)
+        self.retrain_jobs = Counter(
+            "driftline_retrain_jobs", "Retraining jobs finished.", ["status"], registry=r
+        )
+        self.model_swaps = Counter(
+            "driftline_model_swaps", "Model versions hot-swapped in.", registry=r
+        )
+        self.model_load_failures = Counter(
+            "driftline_model_load_failures", "Model artifacts refused.", registry=r
+        )
+        self.request_seconds = Histogram(
+            "driftline_request_seconds", "Request latency.", ["route"], registry=r
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,275 @@
+"""The model in service: a published version plus live fold-in of what happened since.
+
+Retraining takes minutes; users should not wait for it. Between versions every labelled
+event updates a per-user ridge regression against the version's fixed item factors
+(its sufficient statistics are a (k+1)x(k+1) Gram matrix and a (k+1) vector per user),
+so a user who rated items since the version was trained is scored with a vector that
+already reflects those ratings. The version's own vector is the prior the ridge shrinks
+towards, so a user the model knows moves from it only as far as new evidence warrants.
+Items the version has never seen get a shrunk mean-residual bias the same way.
+
+References
+----------
+Hu, Koren & Volinsky (2008) and Koren, Bell & Volinsky (2009) use the same closed-form
+fold-in to place new users in a trained factor space without retraining.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from functions.mf import BiasedMF, top_k
+
+_CHUNK = 2_048
+
+
+class _Rows:
+    """Growable per-key row storage for the fold-in statistics."""
+
+    def __init__(self, dim: int) -> None:
+        self.index: dict[str, int] = {}
+        self.gram = np.zeros((0, dim, dim))
+        self.rhs = np.zeros((0, dim))
+        self.prior = np.zeros((0, dim))
+        self.vector = np.zeros((0, dim))
+
+    def rows_for(self, keys: Sequence[str], priors: np.ndarray) -> np.ndarray:
+        """Row of each key, allocating rows (with their prior) for new keys."""
+        rows = np.empty(len(keys), dtype=np.int64)
+        new_keys: list[int] = []
+        for position, key in enumerate(keys):
+            row = self.index.get(key)
+            if row is None:
+                row = len(self.index)
+                self.index[key] = row
+                new_keys.append(position)
+            rows[position] = row
+        if new_keys:
+            self._grow(priors[new_keys])
+        return rows
+
+    def _grow(self, priors: np.ndarray) -> None:
+        count, dim = priors.shape
+        self.gram = np.concatenate([self.gram, np.zeros((count, dim, dim))])
+        self.rhs = np.concatenate([self.rhs, np.zeros((count, dim))])
+        self.prior = np.concatenate([self.prior, priors])
+        self.vector = np.concatenate([self.vector, priors])
+
+
+class ServingModel:
+    """Predictions and top-K for one model version, kept current by fold-in.
+
+    Parameters
+    ----------
+    model
+        The published version, or None before the first version exists (then
+        predictions are a running mean plus folded-in user and item biases).
+    version
+        Its registry name.
+    regularization
+        λ of the fold-in ridge on the factors: how many ratings' worth of weight the
+        version's vector carries against new evidence.
+    bias_regularization
+        The same for user and item biases, which need far less evidence to move
+        than a factor vector does, so they get their own, smaller λ.
+    rating_range
+        Predictions are clipped to it.
+    """
+
+    def __init__(
+        self,
+        model: BiasedMF | None,
+        version: str | None,
+        regularization: float = 10.0,
+        bias_regularization: float = 1.0,
+        rating_range: tuple[float, float] = (0.5, 5.0),
+    ) -> None:
+        self.model = model
+        self.version = version
+        self.regularization = regularization
+        self.bias_regularization = bias_regularization
+        self.rating_range = rating_range
+        self._dim = (model.factors if model is not None else 0) + 1
+        self._ridge = np.full(self._dim, float(regularization))
+        self._ridge[-1] = bias_regularization
+        self._users = _Rows(self._dim)
+        self._items: dict[str, list[float]] = {}  # item -> [residual sum, count] since version
+        self._rating_sum = 0.0
+        self._rating_count = 0
+
+    @property
+    def global_mean(self) -> float:
+        if self.model is not None:
+            return float(self.model.global_mean)
+        if self._rating_count:
+            return self._rating_sum / self._rating_count
+        return float(np.mean(self.rating_range))
+
+    def predict(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> np.ndarray:
+        """Predicted ratings (n,) with the statistics as they are now."""
+        features, prior = self._item_features(item_ids)
+        item_bias = self._folded_item_bias(item_ids, prior)
+        vectors = self._user_vectors(user_ids)
+        raw = self.global_mean + item_bias + np.einsum("nd,nd->n", features, vectors)
+        return np.clip(raw, *self.rating_range)
+
+    def learn(self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray) -> None:
+        """Fold labelled events (n,) into the user vectors and new-item biases.
+
+        Chunked, so replaying a long history after a swap keeps the per-event
+        (k+1)x(k+1) work arrays small.
+        """
+        for start in range(0, len(user_ids), _CHUNK):
+            stop = start + _CHUNK
+            self.predict_then_learn(user_ids[start:stop], item_ids[start:stop], ratings[start:stop])
+
+    def predict_then_learn(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
+    ) -> np.ndarray:
+        """Prequential at event granularity, vectorised over a batch.
+
+        Event j is predicted with everything before it, including the earlier events of
+        the same batch, then folded in: a batch of 500 behaves like 500 single events,
+        which matters because users rate in bursts. Per-user running sums inside the
+        batch come from one cumulative sum over events grouped by user; event j's vector
+        is one small ridge solve, batched over the whole batch.
+        Returns the predictions (n,).
+        """
+        n = len(user_ids)
+        if not n:
+            return np.empty(0)
+        ratings = np.asarray(ratings, dtype=np.float64)
+        mean = self.global_mean
+        rows = self._users.rows_for(user_ids, self._model_priors(user_ids))
+        features, prior = self._item_features(item_ids)
+        current = self._users.vector[rows]
+        residuals = ratings - mean - np.einsum("nd,nd->n", features[:, :-1], current[:, :-1])
+        item_bias = self._sequential_item_bias(item_ids, residuals - current[:, -1], prior)
+        target = ratings - mean - item_bias
+        outer = features[:, :, None] * features[:, None, :]
+        rhs = features * target[:, None]
+        before_gram, before_rhs, totals = _exclusive_group_sums(rows, outer, rhs)
+        users = self._users
+        system = users.gram[rows] + before_gram + np.diag(self._ridge)
+        right = users.rhs[rows] + before_rhs + self._ridge * users.prior[rows]
+        vectors = np.linalg.solve(system, right[..., None])[..., 0]
+        predictions = np.clip(
+            mean + item_bias + np.einsum("nd,nd->n", features, vectors), *self.rating_range
+        )
+        unique_rows, gram_totals, rhs_totals = totals
+        users.gram[unique_rows] += gram_totals
+        users.rhs[unique_rows] += rhs_totals
+        self._solve(unique_rows)
+        self._rating_sum += float(ratings.sum())
+        self._rating_count += n
+        return predictions
+
+    def user_vector(self, user_id: str) -> np.ndarray | None:
+        """[p_u; b_u] (k+1,) for a user with a model row or folded-in ratings, else None."""
+        row = self._users.index.get(user_id)
+        if row is not None:
+            return self._users.vector[row].copy()
+        if self.model is not None and user_id in self.model.user_index:
+            return self._model_priors([user_id])[0]
+        return None
+
+    def recommend(
+        self, user_id: str, k: int, exclude_items: Sequence[str] = ()
+    ) -> list[tuple[str, float]] | None:
+        """Top-``k`` (item, score) for a user the model can place, else None."""
+        vector = self.user_vector(user_id)
+        if self.model is None or vector is None:
+            return None
+        scores = self.model.item_scores(vector[:-1], float(vector[-1]))
+        excluded = self.model.encode_items(list(exclude_items))
+        rows, top = top_k(scores, k, exclude=excluded[excluded >= 0])
+        return [(self.model.item_ids[r], float(s)) for r, s in zip(rows, top, strict=True)]
+
+    def _solve(self, rows: np.ndarray) -> None:
+        users = self._users
+        system = users.gram[rows] + np.diag(self._ridge)
+        rhs = users.rhs[rows] + self._ridge * users.prior[rows]
+        users.vector[rows] = np.linalg.solve(system, rhs[..., None])[..., 0]
+
+    def _user_vectors(self, user_ids: Sequence[str]) -> np.ndarray:
+        vectors = self._model_priors(user_ids)
+        index = self._users.index
+        for position, user in enumerate(user_ids):
+            row = index.get(user)
+            if row is not None:
+                vectors[position] = self._users.vector[row]
+        return vectors
+
+    def _model_priors(self, user_ids: Sequence[str]) -> np.ndarray:
+        priors = np.zeros((len(user_ids), self._dim))
+        if self.model is None:
+            return priors
+        users = self.model.encode_users(list(user_ids))
+        known = users >= 0
+        priors[known, :-1] = self.model.user_factors[users[known]]
+        priors[known, -1] = self.model.user_bias[users[known]]
+        return priors
+
+    def _item_features(self, item_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
+        """[q_i; 1] (n x k+1) and the version's item bias b_i (n,); zeros for new items."""
+        features = np.zeros((len(item_ids), self._dim))
+        features[:, -1] = 1.0
+        bias = np.zeros(len(item_ids))
+        if self.model is not None:
+            items = self.model.encode_items(list(item_ids))
+            known = items >= 0
+            features[known, :-1] = self.model.item_factors[items[known]]
+            bias[known] = self.model.item_bias[items[known]]
+        return features, bias
+
+    def _folded_item_bias(self, item_ids: Sequence[str], prior: np.ndarray) -> np.ndarray:
+        """Item biases moved from the version's towards the residuals seen since."""
+        bias = prior.copy()
+        for position, item in enumerate(item_ids):
+            stats = self._items.get(item)
+            if stats is not None:
+                bias[position] = self._shrunk(stats, prior[position])
+        return bias
+
+    def _sequential_item_bias(
+        self, item_ids: Sequence[str], residuals: np.ndarray, prior: np.ndarray
+    ) -> np.ndarray:
+        """Each event's item bias from the residuals before it; then absorbs them all."""
+        bias = np.empty(len(item_ids))
+        for position, item in enumerate(item_ids):
+            stats = self._items.setdefault(item, [0.0, 0.0])
+            bias[position] = self._shrunk(stats, prior[position])
+            stats[0] += residuals[position]
+            stats[1] += 1.0
+        return bias
+
+    def _shrunk(self, stats: list[float], prior: float) -> float:
+        weight = self.bias_regularization
+        return (weight * prior + stats[0]) / (weight + stats[1])
+
+
+def _exclusive_group_sums(
+    rows: np.ndarray, outer: np.ndarray, rhs: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Per event, the sums over earlier events of the same row; plus per-row totals.
+
+    ``outer`` is (n x d x d), ``rhs`` (n x d). Returns (gram before (n x d x d), rhs
+    before (n x d), (unique rows (m,), gram totals (m x d x d), rhs totals (m x d))).
+    """
+    order = np.argsort(rows, kind="stable")
+    sorted_rows = rows[order]
+    unique_rows, starts = np.unique(sorted_rows, return_index=True)
+    group_start = np.repeat(starts, np.diff(np.append(starts, len(rows))))
+    results = []
+    for values in (outer, rhs):
+        running = np.cumsum(values[order], axis=0)
+        padded = np.concatenate([np.zeros((1, *values.shape[1:])), running])
+        before_sorted = padded[np.arange(len(rows))] - padded[group_start]
+        before = np.empty_like(before_sorted)
+        before[order] = before_sorted
+        ends = np.append(starts[1:], len(rows))
+        results.append((before, padded[ends] - padded[starts]))
+    (gram_before, gram_totals), (rhs_before, rhs_totals) = results
+    return gram_before, rhs_before, (unique_rows, gram_totals, rhs_totals)

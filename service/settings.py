@@ -1,0 +1,85 @@
+"""One settings object for the whole service.
+
+Values come from CLI flags, then ``DRIFTLINE_*`` environment variables, then defaults.
+The object is built once (in the CLI or a test) and handed to the app, never read at
+import time, so tests can run several differently configured services side by side.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    """Driftline's configuration (environment prefix ``DRIFTLINE_``)."""
+
+    model_config = SettingsConfigDict(env_prefix="DRIFTLINE_", extra="forbid")
+
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    data_dir: Path = Path("data")
+    database_url: str | None = Field(
+        None, description="Any SQLAlchemy URL; default: SQLite (WAL) under data_dir."
+    )
+    object_store_url: str | None = Field(
+        None, description="Where model artifacts live; default: file:// under data_dir."
+    )
+    log_level: str = "info"
+
+    # Ingestion limits and validation.
+    rating_min: float = 0.5
+    rating_max: float = 5.0
+    max_batch_events: int = Field(10_000, ge=1)
+    max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+
+    # Prequential evaluation and drift detection.
+    heartbeat_events: int = Field(500, ge=1)
+    heartbeat_seconds: float | None = Field(None, gt=0)
+    adwin_delta: float = Field(0.002, gt=0, lt=1)
+    min_relative_drop: float = Field(0.1, ge=0)
+    min_heartbeats: int = Field(5, ge=1)
+
+    # Retraining.
+    retrain_enabled: bool = True
+    bootstrap_events: int = Field(1000, ge=1)
+    refresh_events: int | None = Field(10_000, ge=1)
+    history_sample: int = Field(50_000, ge=0)
+    factors: int = Field(32, ge=1, le=512)
+    learning_rate: float = Field(0.05, gt=0)
+    regularization: float = Field(0.1, ge=0)
+    batch_size: int = Field(1024, ge=1)
+    max_epochs: int = Field(30, ge=1)
+    target_loss: float | None = Field(None, gt=0)
+    latency_cap_seconds: float = Field(600.0, gt=0)
+    seed: int | None = 0
+
+    # Serving.
+    fold_in_regularization: float = Field(10.0, gt=0)
+    fold_in_bias_regularization: float = Field(5.0, gt=0)
+    popular_window: int = Field(5_000, ge=1)
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> Self:
+        if self.rating_min >= self.rating_max:
+            raise ValueError(
+                f"rating_min ({self.rating_min}) must be below rating_max ({self.rating_max})"
+            )
+        return self
+
+    @property
+    def resolved_database_url(self) -> str:
+        """The database URL in force: the configured one or SQLite under ``data_dir``."""
+        if self.database_url:
+            return self.database_url
+        return f"sqlite:///{(self.data_dir / 'driftline.db').resolve()}"
+
+    @property
+    def resolved_object_store_url(self) -> str:
+        """The object store URL in force: the configured one or ``file://`` under ``data_dir``."""
+        if self.object_store_url:
+            return self.object_store_url
+        return f"file://{(self.data_dir / 'objects').resolve()}"

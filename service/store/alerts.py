@@ -1,0 +1,63 @@
+"""Drift alerts and the heartbeat series they were raised on."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from service.store.tables import drift_alerts, heartbeats
+
+
+def add_alert(
+    conn: Connection,
+    *,
+    metric: str,
+    before: float,
+    after: float,
+    events_seen: int,
+    model_version: str | None,
+) -> int:
+    result = conn.execute(
+        insert(drift_alerts).values(
+            detected_at=time.time(),
+            metric=metric,
+            before=before,
+            after=after,
+            events_seen=events_seen,
+            model_version=model_version,
+        )
+    )
+    return int(result.inserted_primary_key[0])
+
+
+def attach_alert(conn: Connection, alert_id: int, job_id: int) -> None:
+    conn.execute(
+        update(drift_alerts).where(drift_alerts.c.id == alert_id).values(retrain_job_id=job_id)
+    )
+
+
+def list_alerts(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    query = select(drift_alerts).order_by(drift_alerts.c.id.desc()).limit(limit)
+    return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def add_heartbeats(conn: Connection, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        conn.execute(insert(heartbeats), rows)
+
+
+def list_heartbeats(conn: Connection, since_events: int = 0) -> list[dict[str, Any]]:
+    query = (
+        select(heartbeats)
+        .where(heartbeats.c.events_seen > since_events)
+        .order_by(heartbeats.c.events_seen)
+    )
+    return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def last_events_seen(conn: Connection) -> int:
+    """Labelled events evaluated before this process started: the prequential clock."""
+    query = select(heartbeats.c.events_seen).order_by(heartbeats.c.id.desc()).limit(1)
+    return int(conn.scalar(query) or 0)

@@ -1,0 +1,177 @@
+"""Writing and reading events.
+
+Ingestion is atomic and idempotent: a batch is stored in one transaction, and an event
+whose ``event_id`` is already stored (or repeated inside the batch) counts as a duplicate
+instead of being stored twice.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from sqlalchemy import Connection, func, insert, select
+
+from service.store.tables import events
+
+# Keep IN-lists well inside every backend's bound-parameter limit.
+_IN_CHUNK = 5_000
+
+
+@dataclass(frozen=True, slots=True)
+class NewEvent:
+    """An event as validated by the API or the Kafka consumer, before it is stored."""
+
+    user_id: str
+    item_id: str
+    rating: float | None = None
+    timestamp: float | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class IngestOutcome:
+    """What a batch did to the store: the events newly stored (in order) and the rest."""
+
+    stored: list[NewEvent]
+    duplicates: int
+
+    @property
+    def accepted(self) -> int:
+        return len(self.stored)
+
+
+@dataclass(frozen=True, slots=True)
+class LabelledEvents:
+    """Labelled events as parallel columns, ready for vectorised training or evaluation."""
+
+    ids: np.ndarray
+    user_ids: list[str]
+    item_ids: list[str]
+    ratings: np.ndarray
+
+    def __len__(self) -> int:
+        return len(self.user_ids)
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence]) -> LabelledEvents:
+        return cls(
+            ids=np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows)),
+            user_ids=[r[1] for r in rows],
+            item_ids=[r[2] for r in rows],
+            ratings=np.fromiter((r[3] for r in rows), dtype=np.float64, count=len(rows)),
+        )
+
+    def concat(self, other: LabelledEvents) -> LabelledEvents:
+        return LabelledEvents(
+            ids=np.concatenate([self.ids, other.ids]),
+            user_ids=self.user_ids + other.user_ids,
+            item_ids=self.item_ids + other.item_ids,
+            ratings=np.concatenate([self.ratings, other.ratings]),
+        )
+
+
+def _existing_ids(conn: Connection, ids: list[str]) -> set[str]:
+    found: set[str] = set()
+    for start in range(0, len(ids), _IN_CHUNK):
+        chunk = ids[start : start + _IN_CHUNK]
+        found.update(conn.scalars(select(events.c.event_id).where(events.c.event_id.in_(chunk))))
+    return found
+
+
+def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
+    """Store the events of ``batch`` not stored before; run inside the caller's transaction."""
+    with_ids = [e if e.event_id else _with_generated_id(e) for e in batch]
+    existing = _existing_ids(conn, [e.event_id for e in with_ids if e.event_id])
+    fresh: list[NewEvent] = []
+    seen: set[str] = set()
+    for event in with_ids:
+        key = event.event_id or ""
+        if key in existing or key in seen:
+            continue
+        seen.add(key)
+        fresh.append(event)
+    if fresh:
+        now = time.time()
+        conn.execute(
+            insert(events),
+            [
+                {
+                    "event_id": e.event_id,
+                    "user_id": e.user_id,
+                    "item_id": e.item_id,
+                    "rating": e.rating,
+                    "timestamp": e.timestamp,
+                    "ingested_at": now,
+                }
+                for e in fresh
+            ],
+        )
+    return IngestOutcome(stored=fresh, duplicates=len(batch) - len(fresh))
+
+
+def _with_generated_id(event: NewEvent) -> NewEvent:
+    return NewEvent(event.user_id, event.item_id, event.rating, event.timestamp, uuid.uuid4().hex)
+
+
+def count_events(conn: Connection) -> int:
+    return int(conn.scalar(select(func.count()).select_from(events)) or 0)
+
+
+def max_event_id(conn: Connection) -> int:
+    """The newest row id, 0 for an empty store; the boundary a model version records."""
+    return int(conn.scalar(select(func.max(events.c.id))) or 0)
+
+
+def labelled_events(
+    conn: Connection, after_id: int = 0, up_to_id: int | None = None
+) -> LabelledEvents:
+    """Labelled events with ``after_id < id <= up_to_id``, in arrival order."""
+    query = select(events.c.id, events.c.user_id, events.c.item_id, events.c.rating).where(
+        events.c.id > after_id, events.c.rating.is_not(None)
+    )
+    if up_to_id is not None:
+        query = query.where(events.c.id <= up_to_id)
+    return LabelledEvents.from_rows(conn.execute(query.order_by(events.c.id)).all())
+
+
+def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvents:
+    """About ``size`` labelled events with ``id <= up_to_id``, spread evenly over history.
+
+    A stride over row ids rather than ``ORDER BY random()``: it is portable, uses the
+    primary key, and makes a retraining job's window reproducible.
+    """
+    if size <= 0 or up_to_id <= 0:
+        return LabelledEvents.from_rows([])
+    stride = max(1, up_to_id // size)
+    query = (
+        select(events.c.id, events.c.user_id, events.c.item_id, events.c.rating)
+        .where(events.c.id <= up_to_id, events.c.rating.is_not(None))
+        .order_by(events.c.id)
+    )
+    if stride > 1:
+        query = query.where(events.c.id % stride == 0)
+    return LabelledEvents.from_rows(conn.execute(query).all())
+
+
+def rated_items(conn: Connection, user_id: str) -> list[str]:
+    """Every item the user has an event for; recommendations leave these out."""
+    query = select(events.c.item_id).where(events.c.user_id == user_id).distinct()
+    return list(conn.scalars(query))
+
+
+def popular_items(conn: Connection, window: int, limit: int) -> list[tuple[str, int]]:
+    """The most frequent items among the newest ``window`` events: what is trending now."""
+    newest = max_event_id(conn)
+    count = func.count().label("n")
+    query = (
+        select(events.c.item_id, count)
+        .where(events.c.id > newest - window)
+        .group_by(events.c.item_id)
+        .order_by(count.desc(), events.c.item_id)
+        .limit(limit)
+    )
+    return [(row[0], int(row[1])) for row in conn.execute(query)]

@@ -1,0 +1,90 @@
+"""Retraining job records and their epochs."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from sqlalchemy import Connection, insert, select, update
+
+from service.store.tables import drift_alerts, job_epochs, retrain_jobs
+
+ACTIVE_STATUSES = ("queued", "running")
+
+
+def create_job(
+    conn: Connection, *, policy: str, trigger: str, runtime: str, params: dict[str, Any]
+) -> int:
+    result = conn.execute(
+        insert(retrain_jobs).values(
+            policy=policy,
+            trigger=trigger,
+            runtime=runtime,
+            status="queued",
+            created_at=time.time(),
+            params=params,
+        )
+    )
+    return int(result.inserted_primary_key[0])
+
+
+def update_job(conn: Connection, job_id: int, **values: Any) -> None:
+    conn.execute(update(retrain_jobs).where(retrain_jobs.c.id == job_id).values(**values))
+
+
+def add_epoch(
+    conn: Connection,
+    job_id: int,
+    *,
+    epoch: int,
+    loss: float,
+    duration_s: float,
+    config: dict[str, Any],
+) -> None:
+    conn.execute(
+        insert(job_epochs).values(
+            job_id=job_id, epoch=epoch, loss=loss, duration_s=duration_s, config=config
+        )
+    )
+
+
+def fail_interrupted_jobs(conn: Connection) -> int:
+    """Mark jobs a previous process left queued or running as failed; returns how many.
+
+    An in-process job dies with its process; saying so beats showing it running forever.
+    """
+    result = conn.execute(
+        update(retrain_jobs)
+        .where(retrain_jobs.c.status.in_(ACTIVE_STATUSES))
+        .values(status="failed", error="interrupted by a restart", finished_at=time.time())
+    )
+    return int(result.rowcount or 0)
+
+
+def list_jobs(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+    query = select(retrain_jobs).order_by(retrain_jobs.c.id.desc()).limit(limit)
+    return [_with_epochs(conn, dict(row._mapping)) for row in conn.execute(query)]
+
+
+def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
+    row = conn.execute(select(retrain_jobs).where(retrain_jobs.c.id == job_id)).first()
+    return None if row is None else _with_epochs(conn, dict(row._mapping))
+
+
+def _with_epochs(conn: Connection, job: dict[str, Any]) -> dict[str, Any]:
+    epochs = conn.execute(
+        select(job_epochs).where(job_epochs.c.job_id == job["id"]).order_by(job_epochs.c.epoch)
+    )
+    job["epochs"] = [dict(row._mapping) for row in epochs]
+    alerts = conn.scalars(
+        select(drift_alerts.c.id).where(drift_alerts.c.retrain_job_id == job["id"])
+    )
+    job["alert_ids"] = list(alerts)
+    return job
+
+
+def count_jobs(conn: Connection, status: str | None = None) -> int:
+    query = select(retrain_jobs.c.id)
+    if status:
+        query = query.where(retrain_jobs.c.status == status)
+    return len(conn.scalars(query).all())

@@ -1,0 +1,106 @@
+"""Table definitions. The Alembic migrations create these; keep both in step."""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    Float,
+    ForeignKey,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+
+# SQLite only autoincrements an INTEGER PRIMARY KEY; PostgreSQL wants a BIGINT.
+BigId = BigInteger().with_variant(Integer, "sqlite")
+
+metadata = MetaData()
+
+events = Table(
+    "events",
+    metadata,
+    Column("id", BigId, primary_key=True, autoincrement=True),
+    Column("event_id", String(256), nullable=False, unique=True),
+    Column("user_id", String(256), nullable=False, index=True),
+    Column("item_id", String(256), nullable=False),
+    Column("rating", Float, nullable=True),
+    Column("timestamp", Float, nullable=True),
+    Column("ingested_at", Float, nullable=False),
+)
+
+retrain_jobs = Table(
+    "retrain_jobs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("policy", String(32), nullable=False),
+    Column("trigger", String(32), nullable=False),
+    Column("status", String(16), nullable=False),
+    Column("runtime", String(16), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("started_at", Float, nullable=True),
+    Column("finished_at", Float, nullable=True),
+    Column("base_version", String(64), nullable=True),
+    Column("model_version", String(64), nullable=True),
+    Column("window_events", Integer, nullable=True),
+    Column("last_event_id", BigInteger, nullable=True),
+    Column("stop_reason", String(32), nullable=True),
+    Column("cost_usd", Float, nullable=True),
+    Column("error", Text, nullable=True),
+    Column("params", JSON, nullable=False),
+)
+
+job_epochs = Table(
+    "job_epochs",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("job_id", Integer, ForeignKey("retrain_jobs.id"), nullable=False, index=True),
+    Column("epoch", Integer, nullable=False),
+    Column("loss", Float, nullable=False),
+    Column("duration_s", Float, nullable=False),
+    Column("config", JSON, nullable=False),
+    UniqueConstraint("job_id", "epoch", name="uq_job_epochs_job_epoch"),
+)
+
+model_versions = Table(
+    "model_versions",
+    metadata,
+    Column("version", String(64), primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("artifact_key", String(512), nullable=False),
+    Column("checksum", String(64), nullable=False),
+    Column("rmse", Float, nullable=True),
+    Column("job_id", Integer, ForeignKey("retrain_jobs.id"), nullable=True),
+    Column("last_event_id", BigInteger, nullable=False),
+    Column("n_users", Integer, nullable=False),
+    Column("n_items", Integer, nullable=False),
+)
+
+drift_alerts = Table(
+    "drift_alerts",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("detected_at", Float, nullable=False),
+    Column("metric", String(32), nullable=False),
+    Column("before", Float, nullable=False),
+    Column("after", Float, nullable=False),
+    Column("events_seen", BigInteger, nullable=False),
+    Column("model_version", String(64), nullable=True),
+    Column("retrain_job_id", Integer, ForeignKey("retrain_jobs.id"), nullable=True),
+)
+
+heartbeats = Table(
+    "heartbeats",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False),
+    Column("events_seen", BigInteger, nullable=False),
+    Column("events", Integer, nullable=False),
+    Column("rmse", Float, nullable=False),
+    Column("static_rmse", Float, nullable=True),
+    Column("model_version", String(64), nullable=True),
+)

@@ -1,0 +1,161 @@
+"""The HTTP contract of DESIGN.md §3, driven through the real ASGI app."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.settings import Settings
+
+
+def _event(i: int, **overrides: object) -> dict:
+    event = {"event_id": f"e{i}", "user_id": f"u{i % 7}", "item_id": f"i{i % 11}", "rating": 4.0}
+    event.update(overrides)
+    return event
+
+
+def _stored(client: TestClient) -> int:
+    return client.get("/healthz").json()["labelled_events_seen"]
+
+
+def test_ingest_stores_events_and_counts_duplicates(client: TestClient) -> None:
+    batch = {"events": [_event(i) for i in range(20)]}
+    assert client.post("/ingest", json=batch).json() == {"accepted": 20, "duplicates": 0}
+    assert client.post("/ingest", json=batch).json() == {"accepted": 0, "duplicates": 20}
+    assert _stored(client) == 20
+
+
+def test_duplicate_ids_inside_one_batch_are_stored_once(client: TestClient) -> None:
+    batch = {"events": [_event(1), _event(1), _event(2)]}
+    assert client.post("/ingest", json=batch).json() == {"accepted": 2, "duplicates": 1}
+
+
+def test_events_without_ids_and_ratings_are_accepted(client: TestClient) -> None:
+    batch = {"events": [{"user_id": "a", "item_id": "b"}, {"user_id": "a", "item_id": "c"}]}
+    assert client.post("/ingest", json=batch).json() == {"accepted": 2, "duplicates": 0}
+
+
+@pytest.mark.parametrize(
+    ("bad", "field"),
+    [
+        ({"user_id": None}, "user_id"),
+        ({"item_id": 17}, "item_id"),
+        ({"user_id": "x" * 257}, "user_id"),
+        ({"rating": 7.5}, "rating"),
+        ({"rating": 0.0}, "rating"),
+        ({"rating": "4"}, "rating"),
+        ({"timestamp": "yesterday"}, "timestamp"),
+        ({"colour": "red"}, "colour"),
+    ],
+)
+def test_a_bad_event_rejects_the_whole_batch_naming_index_and_field(
+    client: TestClient, bad: dict, field: str
+) -> None:
+    batch = {"events": [_event(0), _event(1, **bad), _event(2)]}
+    response = client.post("/ingest", json=batch)
+    assert response.status_code == 422
+    problems = response.json()["detail"]
+    assert any(p["index"] == 1 and p["field"] == field for p in problems), problems
+    assert _stored(client) == 0
+
+
+def test_missing_user_id_is_named(client: TestClient) -> None:
+    event = _event(0)
+    del event["user_id"]
+    response = client.post("/ingest", json={"events": [event]})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["field"] == "user_id"
+
+
+@pytest.mark.parametrize("literal", ["NaN", "Infinity", "-Infinity"])
+def test_non_finite_ratings_are_rejected(client: TestClient, literal: str) -> None:
+    body = '{"events": [{"user_id": "u", "item_id": "i", "rating": ' + literal + "}]}"
+    response = client.post("/ingest", content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 422
+    assert response.json()["detail"][0]["field"] == "rating"
+    assert _stored(client) == 0
+
+
+def test_body_that_is_not_json_is_a_400(client: TestClient) -> None:
+    response = client.post("/ingest", content=b"{not json", headers={"content-type": "x"})
+    assert response.status_code == 400
+    assert "not valid JSON" in response.json()["detail"]
+
+
+def test_body_without_events_list_is_a_422(client: TestClient) -> None:
+    assert client.post("/ingest", json={"events": {}}).status_code == 422
+    assert client.post("/ingest", json=[1, 2]).status_code == 422
+
+
+def test_oversized_batch_and_body_are_a_413(tmp_path) -> None:
+    from service.app import create_app
+
+    settings = Settings(data_dir=tmp_path, max_batch_events=5, max_body_bytes=2048)
+    with TestClient(create_app(settings)) as small:
+        too_many = small.post("/ingest", json={"events": [_event(i) for i in range(6)]})
+        assert too_many.status_code == 413
+        assert "limit of 5" in too_many.json()["detail"]
+        padding = {"events": [_event(0, item_id="p" * 200) for _ in range(5)]}
+        too_big = small.post("/ingest", content=json.dumps(padding) + " " * 2048)
+        assert too_big.status_code == 413
+        assert small.get("/healthz").json()["labelled_events_seen"] == 0
+
+
+@pytest.mark.parametrize("k", [0, 1001, -3])
+def test_recommend_rejects_k_out_of_range(client: TestClient, k: int) -> None:
+    assert client.get("/recommend", params={"user_id": "u", "k": k}).status_code == 422
+
+
+def test_unknown_user_gets_popular_items(client: TestClient) -> None:
+    events = [_event(i, item_id="hit" if i % 2 else f"i{i}") for i in range(30)]
+    client.post("/ingest", json={"events": events})
+    answer = client.get("/recommend", params={"user_id": "stranger", "k": 3}).json()
+    assert answer["source"] == "popular"
+    assert answer["items"][0]["item_id"] == "hit"
+    assert len(answer["items"]) == 3
+
+
+def test_recommendations_exclude_items_the_user_rated(client: TestClient) -> None:
+    events = [_event(i, item_id="hit" if i % 2 else f"i{i}") for i in range(30)]
+    client.post("/ingest", json={"events": events})
+    answer = client.get("/recommend", params={"user_id": "u1", "k": 50}).json()
+    rated = {e["item_id"] for e in events if e["user_id"] == "u1"}
+    assert rated and not rated & {item["item_id"] for item in answer["items"]}
+
+
+def test_manual_retrain_publishes_a_version_that_serves(client: TestClient) -> None:
+    assert client.post("/retrain").status_code == 409  # nothing to train on yet
+    events = [_event(i, rating=float(1 + (i * 7) % 5)) for i in range(150)]
+    client.post("/ingest", json={"events": events})
+    started = client.post("/retrain")
+    assert started.status_code == 202
+    job_id = started.json()["job_id"]
+    client.app.state.pipeline.retrainer.wait(timeout=60)
+    job = client.get(f"/jobs/{job_id}").json()
+    assert job["status"] == "succeeded", job
+    assert (
+        job["trigger"] == "manual"
+        and job["epochs"]
+        and len(job["loss_curve"]) == len(job["epochs"])
+    )
+    assert job["epochs"][0]["config"]["batch_size"] > 0
+    models = client.get("/models").json()
+    assert models["current"] == job["model_version"]
+    assert len(models["versions"][0]["checksum"]) == 64
+    answer = client.get("/recommend", params={"user_id": "u1", "k": 3}).json()
+    assert answer["source"] == "model" and answer["model_version"] == job["model_version"]
+
+
+def test_unknown_job_is_a_404(client: TestClient) -> None:
+    assert client.get("/jobs/999").status_code == 404
+
+
+def test_ops_endpoints_answer(client: TestClient) -> None:
+    client.post("/ingest", json={"events": [_event(i) for i in range(5)]})
+    assert client.get("/healthz").json()["database"] == "ok"
+    metrics = client.get("/metrics").text
+    assert "driftline_events_ingested_total 5.0" in metrics
+    assert client.get("/drift/alerts").json() == {"alerts": []}
+    assert "<h1>Driftline</h1>" in client.get("/dashboard").text
