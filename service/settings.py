@@ -17,7 +17,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 class Settings(BaseSettings):
     """Driftline's configuration (environment prefix ``DRIFTLINE_``)."""
 
-    model_config = SettingsConfigDict(env_prefix="DRIFTLINE_", extra="forbid")
+    model_config = SettingsConfigDict(
+        env_prefix="DRIFTLINE_", extra="forbid", env_parse_none_str="none"
+    )
 
     host: str = "127.0.0.1"
     port: int = Field(8000, ge=0, le=65535)

@@ -7,10 +7,10 @@ from typing import Any
 from fastapi import APIRouter, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
-from sqlalchemy import text
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.api.deps import PipelineDep
+from service.store.events import count_events
 
 router = APIRouter(tags=["ops"])
 
@@ -26,7 +26,7 @@ def healthz(pipeline: PipelineDep) -> JSONResponse:
     }
     try:
         with pipeline.db.connect() as conn:
-            conn.execute(text("SELECT 1"))
+            body["events_stored"] = count_events(conn)
         body["database"] = "ok"
     except SQLAlchemyError as exc:
         body.update(status="degraded", database=f"unreachable: {type(exc).__name__}")

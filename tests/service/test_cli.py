@@ -1,0 +1,56 @@
+"""The ``driftline`` command line as a user runs it: real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.support.synthetic import stationary_stream
+
+
+def _driftline(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def _write_tsv(path: Path, n_events: int) -> Path:
+    rows = stationary_stream(n_events=n_events, seed=5)
+    lines = [f"{e['user_id']}\t{e['item_id']}\t{e['rating']}\t{int(e['timestamp'])}" for e in rows]
+    path.write_text("\n".join(reversed(lines)) + "\n")  # out of order on purpose
+    return path
+
+
+@pytest.mark.slow
+def test_bench_prequential_prints_one_json_object_last(tmp_path: Path) -> None:
+    dataset = _write_tsv(tmp_path / "ratings.tsv", 3_000)
+    result = _driftline("bench", "prequential", "--json", "--dataset", str(dataset))
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["events"] == 3_000
+    for key in ("driftline_rmse", "river_rmse", "static_rmse"):
+        assert 0.0 < figures[key] < 2.0, figures
+    assert figures["retrains"] >= 1
+    assert figures["driftline_events_per_s"] > 0 and figures["river_events_per_s"] > 0
+
+
+def test_bench_rejects_an_unknown_name() -> None:
+    result = _driftline("bench", "nonsense", "--json")
+    assert result.returncode != 0
+    assert "unknown benchmark" in result.stderr
+
+
+@pytest.mark.slow
+def test_demo_runs_short_and_prints_the_summary() -> None:
+    result = _driftline("demo", "--limit", "3000")
+    assert result.returncode == 0, result.stdout + result.stderr
+    for expected in ("RMSE Driftline", "RMSE river BiasedMF", "model versions", "Top 10"):
+        assert expected in result.stdout
