@@ -257,19 +257,22 @@ def _exclusive_group_sums(
 
     ``outer`` is (n x d x d), ``rhs`` (n x d). Returns (gram before (n x d x d), rhs
     before (n x d), (unique rows (m,), gram totals (m x d x d), rhs totals (m x d))).
+    One stable sort groups events by row; an exclusive running sum minus its value at
+    the group's start is then "the same row, earlier in the batch".
     """
     order = np.argsort(rows, kind="stable")
-    sorted_rows = rows[order]
-    unique_rows, starts = np.unique(sorted_rows, return_index=True)
-    group_start = np.repeat(starts, np.diff(np.append(starts, len(rows))))
-    results = []
+    unique_rows, starts, counts = np.unique(rows[order], return_index=True, return_counts=True)
+    group = np.repeat(np.arange(len(starts)), counts)
+    sums = []
     for values in (outer, rhs):
-        running = np.cumsum(values[order], axis=0)
-        padded = np.concatenate([np.zeros((1, *values.shape[1:])), running])
-        before_sorted = padded[np.arange(len(rows))] - padded[group_start]
-        before = np.empty_like(before_sorted)
-        before[order] = before_sorted
-        ends = np.append(starts[1:], len(rows))
-        results.append((before, padded[ends] - padded[starts]))
-    (gram_before, gram_totals), (rhs_before, rhs_totals) = results
+        ordered = values[order]
+        running = np.cumsum(ordered, axis=0)
+        totals_end = running[starts + counts - 1]
+        running -= ordered
+        at_start = running[starts]
+        running -= at_start[group]
+        before = np.empty_like(running)
+        before[order] = running
+        sums.append((before, totals_end - at_start))
+    (gram_before, gram_totals), (rhs_before, rhs_totals) = sums
     return gram_before, rhs_before, (unique_rows, gram_totals, rhs_totals)

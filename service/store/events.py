@@ -13,12 +13,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from sqlalchemy import Connection, func, insert, select
+from sqlalchemy import Connection, Insert, func, select
+from sqlalchemy.dialects import postgresql, sqlite
 
 from service.store.tables import events
 
-# Keep IN-lists well inside every backend's bound-parameter limit.
-_IN_CHUNK = 5_000
+_UPSERT_DIALECTS = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,47 +74,41 @@ class LabelledEvents:
         )
 
 
-def _existing_ids(conn: Connection, ids: list[str]) -> set[str]:
-    found: set[str] = set()
-    for start in range(0, len(ids), _IN_CHUNK):
-        chunk = ids[start : start + _IN_CHUNK]
-        found.update(conn.scalars(select(events.c.event_id).where(events.c.event_id.in_(chunk))))
-    return found
+def _insert_ignoring_duplicates(conn: Connection) -> Insert:
+    """INSERT … ON CONFLICT DO NOTHING RETURNING event_id, in the connection's dialect.
+
+    One statement both stores the new events and names them, and the unique index
+    decides what is a duplicate, so concurrent writers cannot both store an id.
+    """
+    dialect = conn.dialect.name
+    if dialect not in _UPSERT_DIALECTS:
+        raise RuntimeError(f"the event store supports {sorted(_UPSERT_DIALECTS)}, not {dialect}")
+    return _UPSERT_DIALECTS[dialect](events).on_conflict_do_nothing().returning(events.c.event_id)
 
 
 def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
     """Store the events of ``batch`` not stored before; run inside the caller's transaction."""
-    with_ids = [e if e.event_id else _with_generated_id(e) for e in batch]
-    existing = _existing_ids(conn, [e.event_id for e in with_ids if e.event_id])
-    fresh: list[NewEvent] = []
-    seen: set[str] = set()
-    for event in with_ids:
-        key = event.event_id or ""
-        if key in existing or key in seen:
-            continue
-        seen.add(key)
-        fresh.append(event)
-    if fresh:
-        now = time.time()
-        conn.execute(
-            insert(events),
-            [
-                {
-                    "event_id": e.event_id,
-                    "user_id": e.user_id,
-                    "item_id": e.item_id,
-                    "rating": e.rating,
-                    "timestamp": e.timestamp,
-                    "ingested_at": now,
-                }
-                for e in fresh
-            ],
-        )
+    unique: dict[str, NewEvent] = {}
+    for event in batch:
+        key = event.event_id or uuid.uuid4().hex
+        unique.setdefault(key, event)
+    if not unique:
+        return IngestOutcome(stored=[], duplicates=0)
+    now = time.time()
+    rows = [
+        {
+            "event_id": key,
+            "user_id": e.user_id,
+            "item_id": e.item_id,
+            "rating": e.rating,
+            "timestamp": e.timestamp,
+            "ingested_at": now,
+        }
+        for key, e in unique.items()
+    ]
+    inserted = set(conn.execute(_insert_ignoring_duplicates(conn), rows).scalars())
+    fresh = [e for key, e in unique.items() if key in inserted]
     return IngestOutcome(stored=fresh, duplicates=len(batch) - len(fresh))
-
-
-def _with_generated_id(event: NewEvent) -> NewEvent:
-    return NewEvent(event.user_id, event.item_id, event.rating, event.timestamp, uuid.uuid4().hex)
 
 
 def count_events(conn: Connection) -> int:
