@@ -1,0 +1,193 @@
+"""Data windows of a retraining job: ``retrain.window``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from retrain.window import RatingsWindow, WindowPolicy
+
+
+def _window(n: int, prefix: str = "") -> RatingsWindow:
+    """``n`` events whose rating is their position, so every event is recognisable."""
+    return RatingsWindow(
+        [f"{prefix}u{k}" for k in range(n)],
+        [f"{prefix}i{k}" for k in range(n)],
+        np.arange(n, dtype=np.float64),
+    )
+
+
+# -- RatingsWindow -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("users", "items", "ratings"),
+    [
+        (["a", "b"], ["x"], [1.0, 2.0]),
+        (["a"], ["x", "y"], [1.0]),
+        (["a", "b"], ["x", "y"], [1.0]),
+        ([], [], [1.0]),
+    ],
+)
+def test_columns_of_different_lengths_are_rejected(
+    users: list[str], items: list[str], ratings: list[float]
+) -> None:
+    with pytest.raises(ValueError, match="same length"):
+        RatingsWindow(users, items, np.asarray(ratings))
+
+
+def test_length_is_the_number_of_events() -> None:
+    assert len(_window(7)) == 7
+    assert len(RatingsWindow([], [], np.empty(0))) == 0
+
+
+def test_take_keeps_the_masked_events_in_order() -> None:
+    window = _window(5)
+    taken = window.take(np.array([True, False, True, False, True]))
+    assert taken.user_ids == ["u0", "u2", "u4"]
+    assert taken.item_ids == ["i0", "i2", "i4"]
+    assert taken.ratings.tolist() == [0.0, 2.0, 4.0]
+
+
+# -- split_holdout -----------------------------------------------------------------
+
+
+def test_holdout_is_every_tenth_event_by_default() -> None:
+    train, holdout = _window(25).split_holdout()
+    assert holdout.ratings.tolist() == [9.0, 19.0]
+    assert holdout.user_ids == ["u9", "u19"]
+    assert len(train) == 23
+    assert train.ratings.tolist() == [k for k in range(25) if k not in (9, 19)]
+
+
+@pytest.mark.parametrize(("n", "every"), [(9, 3), (10, 2), (100, 7), (101, 10)])
+def test_holdout_stride_takes_the_last_event_of_each_stride(n: int, every: int) -> None:
+    train, holdout = _window(n).split_holdout(every)
+    expected = list(range(every - 1, n, every))
+    assert holdout.ratings.astype(int).tolist() == expected
+    assert len(holdout) == n // every
+    # train and holdout partition the window, in order, with no event lost or repeated.
+    assert sorted(train.ratings.tolist() + holdout.ratings.tolist()) == list(range(n))
+    assert train.ratings.tolist() == sorted(train.ratings.tolist())
+    assert train.user_ids == [f"u{int(r)}" for r in train.ratings]
+    assert train.item_ids == [f"i{int(r)}" for r in train.ratings]
+
+
+def test_a_window_shorter_than_the_stride_has_no_holdout() -> None:
+    window = _window(9)
+    train, holdout = window.split_holdout(10)
+    assert train is window
+    assert len(holdout) == 0
+    assert holdout.user_ids == [] and holdout.item_ids == []
+
+
+def test_a_window_as_long_as_the_stride_holds_out_its_last_event() -> None:
+    train, holdout = _window(10).split_holdout(10)
+    assert holdout.ratings.tolist() == [9.0]
+    assert len(train) == 9
+
+
+@pytest.mark.parametrize("every", [1, 0, -3])
+def test_a_stride_below_two_holds_nothing_out(every: int) -> None:
+    window = _window(20)
+    train, holdout = window.split_holdout(every)
+    assert train is window
+    assert len(holdout) == 0
+
+
+def test_an_empty_window_splits_into_two_empty_windows() -> None:
+    train, holdout = RatingsWindow([], [], np.empty(0)).split_holdout()
+    assert len(train) == 0 and len(holdout) == 0
+
+
+def test_split_is_reproducible() -> None:
+    window = _window(57)
+    first, second = window.split_holdout(4), window.split_holdout(4)
+    for a, b in zip(first, second, strict=True):
+        assert a.user_ids == b.user_ids
+        np.testing.assert_array_equal(a.ratings, b.ratings)
+
+
+# -- WindowPolicy.build ------------------------------------------------------------
+
+
+class FakeSource:
+    """A ``WindowSource`` over two fixed lists: ``history`` (ids 1..h) and ``recent``.
+
+    ``history_sample`` honours its ``size`` by an even stride, as the store does, and
+    every call is recorded so a test can see what the policy asked for.
+    """
+
+    def __init__(self, history: RatingsWindow, recent: RatingsWindow) -> None:
+        self.history = history
+        self.recent = recent
+        self.calls: list[tuple[str, int, int]] = []
+
+    def since(self, after_id: int, up_to_id: int) -> RatingsWindow:
+        self.calls.append(("since", after_id, up_to_id))
+        return self.recent
+
+    def history_sample(self, up_to_id: int, size: int) -> RatingsWindow:
+        self.calls.append(("history_sample", up_to_id, size))
+        n = min(len(self.history), up_to_id)
+        if size <= 0 or n == 0:
+            return RatingsWindow([], [], np.empty(0))
+        rows = np.linspace(0, n - 1, num=min(size, n)).round().astype(int)
+        mask = np.zeros(len(self.history), dtype=bool)
+        mask[rows] = True
+        return self.history.take(mask)
+
+
+def test_a_first_window_is_the_recent_events_only() -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    window = WindowPolicy(history_sample=10).build(source, since_id=0, up_to_id=130)
+    assert window is source.recent
+    assert source.calls == [("since", 0, 130)]
+
+
+def test_a_later_window_joins_a_history_sample_before_the_recent_events() -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    window = WindowPolicy(history_sample=10).build(source, since_id=100, up_to_id=130)
+    assert ("since", 100, 130) in source.calls
+    assert ("history_sample", 100, 10) in source.calls
+    assert len(window) == 10 + 30
+    assert all(u.startswith("old-") for u in window.user_ids[:10])
+    assert window.user_ids[10:] == source.recent.user_ids
+    assert window.item_ids[10:] == source.recent.item_ids
+    np.testing.assert_array_equal(window.ratings[10:], source.recent.ratings)
+    # The columns stay aligned across the join.
+    assert [u.removeprefix("old-u") for u in window.user_ids[:10]] == [
+        i.removeprefix("old-i") for i in window.item_ids[:10]
+    ]
+
+
+@pytest.mark.parametrize("sample", [1, 5, 40, 99])
+def test_history_is_capped_by_the_sample_size(sample: int) -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    window = WindowPolicy(history_sample=sample).build(source, since_id=100, up_to_id=130)
+    older = [u for u in window.user_ids if u.startswith("old-")]
+    assert len(older) == sample
+    assert len(window) == sample + 30
+
+
+def test_history_smaller_than_the_sample_size_joins_whole() -> None:
+    source = FakeSource(_window(8, "old-"), _window(3, "new-"))
+    window = WindowPolicy(history_sample=50).build(source, since_id=8, up_to_id=11)
+    assert window.user_ids == source.history.user_ids + source.recent.user_ids
+
+
+def test_an_empty_history_sample_leaves_the_recent_events() -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    window = WindowPolicy(history_sample=0).build(source, since_id=100, up_to_id=130)
+    assert window.user_ids == source.recent.user_ids
+
+
+def test_a_window_with_history_but_no_recent_events_is_the_history_sample() -> None:
+    source = FakeSource(_window(100, "old-"), RatingsWindow([], [], np.empty(0)))
+    window = WindowPolicy(history_sample=20).build(source, since_id=100, up_to_id=100)
+    assert len(window) == 20
+    assert all(u.startswith("old-") for u in window.user_ids)
+
+
+def test_default_history_sample_is_fifty_thousand() -> None:
+    assert WindowPolicy().history_sample == 50_000

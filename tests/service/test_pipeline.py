@@ -1,0 +1,294 @@
+"""The stream pipeline as ``service.app.build_pipeline`` assembles it, without HTTP.
+
+Retraining runs inline (``background_retrain=False``) so every test is deterministic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from service.app import build_pipeline
+from service.pipeline import Pipeline
+from service.registry import artifact_key
+from service.settings import Settings
+from service.store.alerts import list_heartbeats
+from service.store.events import NewEvent
+from service.store.jobs import create_job, get_job, list_jobs, update_job
+from tests.support.synthetic import stationary_stream
+
+BATCH = 100
+
+
+@pytest.fixture(scope="module")
+def events() -> list[NewEvent]:
+    stream = stationary_stream(n_users=40, n_items=30, n_events=300, seed=1)
+    return [
+        NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
+        for e in stream
+    ]
+
+
+def _settings(data_dir: Path) -> Settings:
+    return Settings(
+        data_dir=data_dir,
+        database_url=None,
+        object_store_url=None,
+        bootstrap_events=200,
+        heartbeat_events=50,
+        factors=8,
+        max_epochs=5,
+        refresh_events=None,
+    )
+
+
+@pytest.fixture
+def make_pipeline(tmp_path: Path) -> Iterator[Callable[[], Pipeline]]:
+    """Builds pipelines on one data directory (a second call is a restart)."""
+    built: list[Pipeline] = []
+
+    def make() -> Pipeline:
+        pipeline = build_pipeline(_settings(tmp_path / "data"), background_retrain=False)
+        built.append(pipeline)
+        return pipeline
+
+    yield make
+    for pipeline in built:
+        pipeline.db.dispose()
+
+
+@pytest.fixture
+def served(make_pipeline: Callable[[], Pipeline], events: list[NewEvent]) -> Pipeline:
+    """A pipeline that ingested the 300 events in batches of 100."""
+    pipeline = make_pipeline()
+    for start in range(0, len(events), BATCH):
+        pipeline.ingest(events[start : start + BATCH])
+    return pipeline
+
+
+def _artifact(pipeline: Pipeline, version: str) -> Path:
+    root = pipeline.settings.data_dir / "objects"
+    return root.joinpath(*artifact_key(version).split("/"))
+
+
+def _corrupt(path: Path) -> None:
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+
+
+def _load_failures(pipeline: Pipeline) -> float:
+    value = pipeline.metrics.registry.get_sample_value("driftline_model_load_failures_total")
+    return 0.0 if value is None else value
+
+
+def _pairs(events: list[NewEvent]) -> tuple[list[str], list[str]]:
+    return [e.user_id for e in events] + ["stranger"], [e.item_id for e in events] + ["i0"]
+
+
+# -- bootstrap -----------------------------------------------------------------------
+
+
+def test_an_empty_pipeline_serves_no_version(make_pipeline: Callable[[], Pipeline]) -> None:
+    pipeline = make_pipeline()
+    assert pipeline.current is None
+    assert pipeline.serving.version is None
+    assert pipeline.labelled_seen == 0
+    assert pipeline.registry.versions() == []
+
+
+def test_no_job_starts_before_the_bootstrap_threshold(
+    make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+) -> None:
+    pipeline = make_pipeline()
+    pipeline.ingest(events[:199])
+    assert pipeline.current is None
+    with pipeline.db.connect() as conn:
+        assert list_jobs(conn) == []
+
+
+def test_ingesting_past_the_bootstrap_threshold_trains_and_serves_v0001(
+    served: Pipeline,
+) -> None:
+    assert served.current is not None
+    assert served.current.version == "v0001"
+    assert served.serving.version == "v0001"
+    assert served.serving.model is served.current.model
+    assert served.labelled_seen == 300
+    with served.db.connect() as conn:
+        (job,) = list_jobs(conn)
+    assert job["status"] == "succeeded"
+    assert job["trigger"] == "bootstrap"
+    assert job["model_version"] == "v0001"
+    assert job["window_events"] == 200  # the job started once the second batch was stored
+    assert 1 <= len(job["epochs"]) <= 5
+    assert job["stop_reason"] in {"converged", "max_epochs"}
+    assert all(e["config"]["batch_size"] == served.settings.batch_size for e in job["epochs"])
+    (row,) = served.registry.versions()
+    assert (row["version"], row["job_id"], row["last_event_id"]) == ("v0001", job["id"], 200)
+
+
+def test_the_bootstrap_model_serves_personal_recommendations(
+    served: Pipeline, events: list[NewEvent]
+) -> None:
+    user = events[0].user_id
+    recommendation = served.recommend(user, 5)
+    assert recommendation.source == "model"
+    assert recommendation.model_version == "v0001"
+    assert len(recommendation.items) == 5
+    rated = {e.item_id for e in events if e.user_id == user}
+    assert rated.isdisjoint(item for item, _ in recommendation.items)
+
+
+def test_heartbeats_are_stored_with_the_version_that_served_them(served: Pipeline) -> None:
+    with served.db.connect() as conn:
+        beats = list_heartbeats(conn)
+    assert [b["events_seen"] for b in beats] == [50, 100, 150, 200, 250, 300]
+    assert all(b["events"] == 50 for b in beats)
+    assert [b["model_version"] for b in beats] == [None] * 4 + ["v0001"] * 2
+    assert all(np.isfinite(b["rmse"]) and np.isfinite(b["static_rmse"]) for b in beats)
+
+
+# -- swapping versions ---------------------------------------------------------------
+
+
+def test_swap_to_a_corrupted_version_keeps_the_previous_one_serving(
+    served: Pipeline, events: list[NewEvent]
+) -> None:
+    assert served.current is not None
+    users, items = _pairs(events)
+    before = served.serving.predict(users, items)
+    bad = served.registry.publish(
+        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+    )
+    _corrupt(_artifact(served, bad.version))
+
+    assert served.swap_to(bad.version) is False
+    assert served.current.version == "v0001"
+    assert served.serving.version == "v0001"
+    np.testing.assert_array_equal(served.serving.predict(users, items), before)
+    assert _load_failures(served) == 1.0
+
+
+def test_swap_to_a_missing_artifact_keeps_the_previous_one_serving(served: Pipeline) -> None:
+    assert served.current is not None
+    bad = served.registry.publish(
+        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+    )
+    _artifact(served, bad.version).unlink()
+    assert served.swap_to(bad.version) is False
+    assert served.serving.version == "v0001"
+    assert _load_failures(served) == 1.0
+
+
+def test_swap_to_a_good_version_serves_it(served: Pipeline) -> None:
+    assert served.current is not None
+    good = served.registry.publish(
+        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+    )
+    assert served.swap_to(good.version) is True
+    assert served.current.version == good.version == "v0002"
+    assert served.serving.version == "v0002"
+    assert _load_failures(served) == 0.0
+
+
+# -- restart -------------------------------------------------------------------------
+
+
+def test_a_restart_restores_the_version_the_clock_and_the_static_baseline(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+) -> None:
+    assert served.current is not None and served.static is not None
+    restarted = make_pipeline()
+    assert restarted.current is not None
+    assert restarted.current.version == "v0001"
+    assert restarted.serving.version == "v0001"
+    assert restarted.labelled_seen == 300
+    assert restarted.static is not None
+    users, items = _pairs(events)
+    np.testing.assert_array_equal(
+        restarted.static.predict(users, items), served.static.predict(users, items)
+    )
+    # Fold-in of the events since v0001 is replayed, so serving picks up where it was.
+    np.testing.assert_allclose(
+        restarted.serving.predict(users, items),
+        served.serving.predict(users, items),
+        rtol=0,
+        atol=1e-9,
+    )
+
+
+def test_after_a_restart_the_static_baseline_stays_the_first_version(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+) -> None:
+    assert served.static is not None
+    newer = served.static.copy()
+    newer.global_mean += 0.5
+    served.registry.publish(newer, last_event_id=300, job_id=None, rmse=None)
+    restarted = make_pipeline()
+    assert restarted.current is not None and restarted.current.version == "v0002"
+    assert restarted.static is not None
+    users, items = _pairs(events)
+    np.testing.assert_array_equal(
+        restarted.static.predict(users, items), served.static.predict(users, items)
+    )
+
+
+def test_a_restart_skips_a_corrupted_newest_version(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+) -> None:
+    assert served.current is not None
+    bad = served.registry.publish(
+        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+    )
+    _corrupt(_artifact(served, bad.version))
+    restarted = make_pipeline()
+    assert restarted.current is not None
+    assert restarted.current.version == "v0001"
+
+
+def test_a_restart_fails_jobs_the_previous_process_left_running(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+) -> None:
+    with served.db.begin() as conn:
+        job_id = create_job(conn, policy="adwin", trigger="drift", runtime="inprocess", params={})
+        update_job(conn, job_id, status="running")
+    restarted = make_pipeline()
+    with restarted.db.connect() as conn:
+        job = get_job(conn, job_id)
+    assert job is not None
+    assert job["status"] == "failed"
+    assert job["error"]
+
+
+def test_a_restart_before_any_version_replays_the_events_into_serving(
+    make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+) -> None:
+    first = make_pipeline()
+    first.ingest(events[:150])
+    assert first.current is None
+    restarted = make_pipeline()
+    assert restarted.current is None
+    assert restarted.labelled_seen == 150
+    assert restarted.serving.global_mean == pytest.approx(
+        float(np.mean([e.rating for e in events[:150]]))
+    )
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="restore() sets labelled_seen from the newest stored heartbeat, so labelled "
+    "events evaluated after the last full heartbeat (fewer than heartbeat_events) are "
+    "no longer counted after a restart, which also delays the bootstrap trigger",
+)
+def test_a_restart_counts_labelled_events_past_the_last_heartbeat(
+    make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+) -> None:
+    first = make_pipeline()
+    first.ingest(events[:170])
+    assert first.labelled_seen == 170
+    restarted = make_pipeline()
+    assert restarted.labelled_seen == 170

@@ -1,0 +1,326 @@
+"""The model in service (``service.serving.ServingModel``): fold-in, predictions, top-K."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from functions.mf import BiasedMF
+from service.serving import ServingModel
+from tests.support.synthetic import stationary_stream
+
+#: Users left out of the fitted model, to be folded in by the server.
+COLD_USERS = [f"u{k}" for k in range(10)]
+
+
+@pytest.fixture(scope="module")
+def events() -> list[dict]:
+    return stationary_stream(n_users=100, n_items=60, n_events=5000, factors=3, noise=0.2, seed=5)
+
+
+@pytest.fixture(scope="module")
+def model(events: list[dict]) -> BiasedMF:
+    """A model fit on every user except ``COLD_USERS``; read-only for the tests."""
+    train = [e for e in events if e["user_id"] not in COLD_USERS]
+    fitted = BiasedMF(factors=3, regularization=0.02, seed=0)
+    fitted.fit(
+        [e["user_id"] for e in train],
+        [e["item_id"] for e in train],
+        [e["rating"] for e in train],
+        epochs=25,
+        batch_size=128,
+    )
+    return fitted
+
+
+def _columns(events: list[dict]) -> tuple[list[str], list[str], np.ndarray]:
+    return (
+        [e["user_id"] for e in events],
+        [e["item_id"] for e in events],
+        np.array([e["rating"] for e in events], dtype=np.float64),
+    )
+
+
+def _rmse(predicted: np.ndarray, actual: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((predicted - actual) ** 2)))
+
+
+# -- without a model -----------------------------------------------------------------
+
+
+def test_without_a_model_and_without_ratings_predictions_are_the_middle_of_the_range() -> None:
+    serving = ServingModel(None, None, rating_range=(1.0, 5.0))
+    assert serving.predict(["a", "b"], ["x", "y"]).tolist() == [3.0, 3.0]
+
+
+def test_without_a_model_predictions_are_the_running_mean_plus_biases() -> None:
+    serving = ServingModel(None, None, rating_range=(-100.0, 100.0))  # no clipping in sight
+    for user, item, rating in [("a", "x", 5.0), ("b", "x", 3.0), ("a", "y", 4.5), ("c", "z", 3.5)]:
+        serving.learn([user], [item], np.array([rating]))
+    mean = 4.0
+    assert serving.global_mean == mean
+    # Nobody and nothing known: exactly the running mean.
+    assert serving.predict(["stranger"], ["new-item"]).tolist() == [mean]
+    # User and item effects add up on top of the mean.
+    user_a = serving.predict(["a"], ["new-item"])[0] - mean
+    item_x = serving.predict(["stranger"], ["x"])[0] - mean
+    assert serving.predict(["a"], ["x"])[0] == pytest.approx(mean + user_a + item_x)
+    vector = serving.user_vector("a")
+    assert vector is not None and vector.shape == (1,)
+    assert user_a == pytest.approx(float(vector[0]))
+    # "a" rated above the mean, "b" below it.
+    assert user_a > 0
+    assert serving.predict(["b"], ["new-item"])[0] < mean
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="without a model a batch is folded in against the running mean from before "
+    "it (the middle of the rating range for the first batch), so every bias learned "
+    "from that batch carries the gap between that stale mean and the data's mean",
+)
+def test_without_a_model_a_first_batch_learns_biases_around_its_own_mean() -> None:
+    serving = ServingModel(None, None)
+    users = ["a", "b"] * 10
+    items = [f"i{k}" for k in range(20)]
+    ratings = np.array([4.5, 3.5] * 10)  # mean 4.0; "a" above it, "b" below it
+    serving.learn(users, items, ratings)
+    assert serving.global_mean == 4.0
+    assert serving.predict(["b"], ["new-item"])[0] < 4.0
+
+
+def test_without_a_model_there_is_nothing_to_recommend() -> None:
+    serving = ServingModel(None, None)
+    serving.learn(["a", "a"], ["x", "y"], np.array([5.0, 4.0]))
+    assert serving.recommend("a", 5) is None
+    assert serving.recommend("stranger", 5) is None
+
+
+# -- with a model --------------------------------------------------------------------
+
+
+def test_a_known_user_without_new_events_gets_exactly_the_models_prediction(
+    events: list[dict], model: BiasedMF
+) -> None:
+    serving = ServingModel(model, "v0001")
+    users, items, _ = _columns([e for e in events if e["user_id"] not in COLD_USERS][:500])
+    expected = model.predict(users, items, clip=(0.5, 5.0))
+    np.testing.assert_allclose(serving.predict(users, items), expected, rtol=0, atol=1e-12)
+    # Events of other users on other items change nothing for them.
+    serving.learn(["newcomer", "newcomer"], ["new-a", "new-b"], np.array([5.0, 0.5]))
+    np.testing.assert_allclose(serving.predict(users, items), expected, rtol=0, atol=1e-12)
+
+
+def test_an_unknown_user_on_an_unknown_item_gets_the_models_global_mean(
+    model: BiasedMF,
+) -> None:
+    serving = ServingModel(model, "v0001")
+    assert serving.predict(["stranger"], ["unseen"])[0] == pytest.approx(model.global_mean)
+    assert serving.user_vector("stranger") is None
+
+
+def test_folding_in_a_new_users_ratings_improves_predictions_on_their_other_items(
+    events: list[dict], model: BiasedMF
+) -> None:
+    serving = ServingModel(model, "v0001")
+    learn: list[dict] = []
+    held: list[dict] = []
+    for user in COLD_USERS:
+        own = [e for e in events if e["user_id"] == user]
+        assert len(own) >= 20
+        learn += own[: len(own) // 2]
+        held += own[len(own) // 2 :]
+    users, items, ratings = _columns(held)
+    before = _rmse(serving.predict(users, items), ratings)
+    serving.learn(*_columns(learn))
+    after = _rmse(serving.predict(users, items), ratings)
+    assert after < 0.85 * before
+    for user in COLD_USERS:
+        assert serving.user_vector(user) is not None
+
+
+def test_predict_then_learn_predicts_before_it_learns(model: BiasedMF) -> None:
+    serving = ServingModel(model, "v0001")
+    before = serving.predict(["u50"], ["i3"])
+    returned = serving.predict_then_learn(["u50"], ["i3"], np.array([0.5]))
+    np.testing.assert_allclose(returned, before, rtol=0, atol=1e-12)
+    assert serving.predict(["u50"], ["i3"])[0] < before[0]
+
+
+def test_predict_then_learn_of_nothing_returns_nothing(model: BiasedMF) -> None:
+    assert ServingModel(model, "v0001").predict_then_learn([], [], np.empty(0)).shape == (0,)
+
+
+# -- sequential equivalence ----------------------------------------------------------
+
+#: Probe pairs read after a batch, to compare the state it left behind.
+PROBE_USERS = ["u1", "u2", "u3", "new", "u1", "u2", "u50", "new2"]
+PROBE_ITEMS = ["i1", "i2", "i3", "i1", "new-item", "i4", "i1", "new-item"]
+
+
+def _batch_and_one_by_one(
+    model: BiasedMF | None, batch: list[tuple[str, str, float]]
+) -> tuple[tuple[np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]:
+    """(predictions, probe afterwards) for the batch at once and for one event at a time."""
+    users = [u for u, _, _ in batch]
+    items = [i for _, i, _ in batch]
+    ratings = np.array([r for _, _, r in batch])
+    at_once = ServingModel(model, "v")
+    batch_predictions = at_once.predict_then_learn(users, items, ratings)
+    single = ServingModel(model, "v")
+    single_predictions = np.concatenate(
+        [
+            single.predict_then_learn(users[j : j + 1], items[j : j + 1], ratings[j : j + 1])
+            for j in range(len(batch))
+        ]
+    )
+    return (
+        (batch_predictions, at_once.predict(PROBE_USERS, PROBE_ITEMS)),
+        (single_predictions, single.predict(PROBE_USERS, PROBE_ITEMS)),
+    )
+
+
+def _assert_sequentially_equivalent(
+    model: BiasedMF | None, batch: list[tuple[str, str, float]]
+) -> None:
+    (batch_predictions, batch_after), (single_predictions, single_after) = _batch_and_one_by_one(
+        model, batch
+    )
+    np.testing.assert_allclose(batch_predictions, single_predictions, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(batch_after, single_after, rtol=0, atol=1e-9)
+
+
+def test_a_batch_of_distinct_users_behaves_like_single_events(model: BiasedMF) -> None:
+    batch = [
+        ("u1", "i1", 5.0),
+        ("u2", "i1", 1.0),
+        ("u3", "i2", 4.0),
+        ("new", "i1", 2.0),
+        ("u4", "new-item", 3.0),
+        ("u5", "new-item", 4.0),
+    ]
+    _assert_sequentially_equivalent(model, batch)
+
+
+#: Users rate in bursts: the same users and items recur within one batch.
+BURSTY_BATCH = [
+    ("u1", "i1", 5.0),
+    ("u1", "i2", 4.0),
+    ("u2", "i2", 1.0),
+    ("u1", "i3", 5.0),
+    ("u2", "i1", 2.0),
+    ("new", "i1", 3.0),
+    ("new", "new-item", 4.5),
+    ("u2", "new-item", 1.0),
+]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="predict_then_learn computes the residuals it adds to the item statistics "
+    "with each user's vector from before the batch, not the vector after that user's "
+    "earlier events in the batch; item biases (and so later predictions and the state "
+    "left behind) differ from one-at-a-time processing when a user repeats in a batch",
+)
+def test_a_bursty_batch_behaves_like_single_events(model: BiasedMF) -> None:
+    _assert_sequentially_equivalent(model, BURSTY_BATCH)
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="without a model the global mean is the running mean of the ratings, and "
+    "predict_then_learn holds it fixed for the whole batch, while one event at a time "
+    "moves it after every event",
+)
+def test_without_a_model_a_batch_behaves_like_single_events() -> None:
+    batch = [("a", "x", 5.0), ("b", "y", 1.0), ("c", "z", 4.0), ("d", "w", 2.0)]
+    _assert_sequentially_equivalent(None, batch)
+
+
+def test_learn_in_chunks_matches_one_batch_for_distinct_users(model: BiasedMF) -> None:
+    users = [f"new{k}" for k in range(3000)]
+    items = [f"i{k % 60}" for k in range(3000)]
+    ratings = np.linspace(0.5, 5.0, 3000)
+    chunked, whole = ServingModel(model, "v"), ServingModel(model, "v")
+    chunked.learn(users, items, ratings)  # in chunks of 2,048
+    whole.predict_then_learn(users, items, ratings)
+    probe_users = users[::97] + ["u50"]
+    probe_items = items[::97] + ["i7"]
+    np.testing.assert_allclose(
+        chunked.predict(probe_users, probe_items),
+        whole.predict(probe_users, probe_items),
+        rtol=0,
+        atol=1e-9,
+    )
+
+
+# -- clipping ------------------------------------------------------------------------
+
+
+def test_predictions_are_clipped_to_the_rating_range(events: list[dict], model: BiasedMF) -> None:
+    serving = ServingModel(model, "v0001", rating_range=(2.5, 3.5))
+    users, items, ratings = _columns(events[:1000])
+    predicted = serving.predict(users, items)
+    assert predicted.min() == 2.5 and predicted.max() == 3.5
+    learned = serving.predict_then_learn(users, items, ratings)
+    assert learned.min() >= 2.5 and learned.max() <= 3.5
+    assert (learned == 2.5).any() and (learned == 3.5).any()
+
+
+def test_predictions_without_a_model_are_clipped_too() -> None:
+    serving = ServingModel(None, None, rating_range=(1.0, 2.0))
+    serving.learn(["a"] * 5, ["x"] * 5, np.full(5, 5.0))
+    assert serving.predict(["a", "b"], ["x", "y"]).tolist() == [2.0, 2.0]
+
+
+# -- recommend -----------------------------------------------------------------------
+
+
+def test_recommend_returns_k_items_best_first_without_the_excluded_ones(
+    model: BiasedMF,
+) -> None:
+    serving = ServingModel(model, "v0001")
+    user = "u50"
+    scores = model.item_scores(
+        model.user_factors[model.user_index[user]], model.user_bias[model.user_index[user]]
+    )
+    ranked = [model.item_ids[r] for r in np.argsort(-scores, kind="stable")]
+    exclude = [ranked[0], ranked[2], "not-an-item"]
+    recommended = serving.recommend(user, 5, exclude)
+    assert recommended is not None
+    items = [item for item, _ in recommended]
+    got_scores = [score for _, score in recommended]
+    assert len(recommended) == 5
+    assert not set(items) & set(exclude)
+    assert got_scores == sorted(got_scores, reverse=True)
+    assert items == [i for i in ranked if i not in exclude][:5]
+    expected = model.predict([user] * 5, items)  # unclipped model scores
+    np.testing.assert_allclose(got_scores, expected, rtol=0, atol=1e-12)
+
+
+def test_recommend_returns_every_eligible_item_when_k_exceeds_them(model: BiasedMF) -> None:
+    serving = ServingModel(model, "v0001")
+    recommended = serving.recommend("u50", model.n_items + 10, exclude_items=["i0", "i1"])
+    assert recommended is not None
+    assert len(recommended) == model.n_items - 2
+
+
+def test_recommend_places_a_folded_in_user_but_not_a_stranger(model: BiasedMF) -> None:
+    serving = ServingModel(model, "v0001")
+    assert serving.recommend("stranger", 5) is None
+    serving.learn(["newcomer", "newcomer"], ["i1", "i2"], np.array([5.0, 4.5]))
+    recommended = serving.recommend("newcomer", 5, exclude_items=["i1", "i2"])
+    assert recommended is not None and len(recommended) == 5
+    assert {"i1", "i2"}.isdisjoint(item for item, _ in recommended)
+
+
+def test_recommend_follows_the_folded_in_vector(model: BiasedMF) -> None:
+    serving = ServingModel(model, "v0001")
+    serving.learn(["newcomer"] * 3, ["i1", "i2", "i3"], np.array([5.0, 0.5, 4.0]))
+    vector = serving.user_vector("newcomer")
+    assert vector is not None
+    recommended = serving.recommend("newcomer", 3)
+    assert recommended is not None
+    scores = model.item_scores(vector[:-1], float(vector[-1]))
+    best = np.argsort(-scores, kind="stable")[:3]
+    assert [item for item, _ in recommended] == [model.item_ids[r] for r in best]
