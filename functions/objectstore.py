@@ -12,9 +12,11 @@ atomic: a reader sees the previous object or the complete new one, never a part.
 
 Key layout
 ----------
-``models/<version>/model.npz``
+``models/<version>/<sha256[:16]>.npz``
     A published model version: the artifact of :func:`functions.artifacts.model_to_bytes`.
-    Its checksum lives in the model registry, which verifies it on load.
+    Its full checksum lives in the model registry, which verifies it on load; having
+    part of it in the key means two publishers racing for one version name write
+    different objects instead of overwriting each other.
 
 Planned, not written by any code yet (they arrive with distributed retraining, design §4):
 ``shards/<job>/...`` (a job's data window split per worker), ``snapshots/<job>/...``
@@ -109,11 +111,14 @@ def validate_key(key: str) -> str:
     return key
 
 
-def model_key(version: str) -> str:
-    """Key of a model version's artifact, ``models/<version>/model.npz``."""
+def model_key(version: str, sha256: str) -> str:
+    """Key of a model version's artifact, ``models/<version>/<sha256[:16]>.npz``."""
     if not version or "/" in version:
         raise ValueError(f"model version must be non-empty and without '/', got {version!r}")
-    return validate_key(f"{MODELS_PREFIX}{version}/model.npz")
+    digest = sha256.lower()
+    if len(digest) < 16 or any(c not in "0123456789abcdef" for c in digest):
+        raise ValueError(f"sha256 must be a hex digest, got {sha256!r}")
+    return validate_key(f"{MODELS_PREFIX}{version}/{digest[:16]}.npz")
 
 
 class FileObjectStore(ObjectStore):

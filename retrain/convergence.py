@@ -69,4 +69,4 @@ class ConvergenceRule:
             return False
         window = losses[-self.patience - 1 :]
         steps = zip(window[:-1], window[1:], strict=True)
-        return all((prev - cur) < self.min_improvement * prev for prev, cur in steps)
+        return all((prev - cur) <= self.min_improvement * prev for prev, cur in steps)

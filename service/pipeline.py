@@ -26,10 +26,11 @@ from service.retraining import Retrainer
 from service.serving import ServingModel
 from service.settings import Settings
 from service.store import Database
-from service.store.alerts import add_alert, add_heartbeats, last_events_seen
+from service.store.alerts import add_alert, add_heartbeats
 from service.store.events import (
     IngestOutcome,
     NewEvent,
+    count_events,
     labelled_events,
     max_event_id,
     popular_items,
@@ -96,7 +97,8 @@ class Pipeline:
     def restore(self) -> None:
         """Resume after a restart: newest verified version, fold-in replayed, clocks restored."""
         with self.db.connect() as conn:
-            self._events_offset = last_events_seen(conn)
+            # Every stored labelled event was evaluated right after its commit.
+            self._events_offset = count_events(conn, labelled_only=True)
         self.labelled_seen = self._events_offset
         oldest = self.registry.oldest_loadable()
         self.static = oldest.model if oldest else None

@@ -16,7 +16,7 @@ from sqlalchemy.exc import IntegrityError
 
 from functions.artifacts import ArtifactError, model_from_bytes, model_to_bytes, sha256_hex
 from functions.mf import BiasedMF
-from functions.objectstore import ObjectNotFound, ObjectStore
+from functions.objectstore import ObjectNotFound, ObjectStore, model_key
 from service.store import Database
 from service.store.versions import add_version, get_version, list_versions
 
@@ -31,10 +31,6 @@ class LoadedVersion:
     model: BiasedMF
     last_event_id: int
     row: dict[str, Any]
-
-
-def artifact_key(version: str) -> str:
-    return f"models/{version}/model.npz"
 
 
 class ModelRegistry:
@@ -52,7 +48,7 @@ class ModelRegistry:
         checksum = sha256_hex(data)
         for _attempt in range(5):
             version = self._next_version_name()
-            key = artifact_key(version)
+            key = model_key(version, checksum)
             self.store.put(key, data)
             row = dict(
                 version=version,

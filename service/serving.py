@@ -131,17 +131,19 @@ class ServingModel:
         """Prequential at event granularity, vectorised over a batch.
 
         Event j is predicted with everything before it, including the earlier events of
-        the same batch, then folded in: a batch of 500 behaves like 500 single events,
-        which matters because users rate in bursts. Per-user running sums inside the
-        batch come from one cumulative sum over events grouped by user; event j's vector
-        is one small ridge solve, batched over the whole batch.
+        the same batch, then folded in: for users, a batch of 500 behaves exactly like
+        500 single events, which matters because users rate in bursts. Item biases are
+        sequential too, but their residuals use each user's vector from before the
+        batch (an approximation that keeps the computation vectorised). Per-user running
+        sums inside the batch come from one cumulative sum over events grouped by user;
+        event j's vector is one small ridge solve, batched over the whole batch.
         Returns the predictions (n,).
         """
         n = len(user_ids)
         if not n:
             return np.empty(0)
         ratings = np.asarray(ratings, dtype=np.float64)
-        mean = self.global_mean
+        mean = self._means_before(ratings)
         rows = self._users.rows_for(user_ids, self._model_priors(user_ids))
         features, prior = self._item_features(item_ids)
         current = self._users.vector[rows]
@@ -165,6 +167,19 @@ class ServingModel:
         self._rating_sum += float(ratings.sum())
         self._rating_count += n
         return predictions
+
+    def _means_before(self, ratings: np.ndarray) -> np.ndarray | float:
+        """The global mean each event is predicted with (n,), or the version's μ.
+
+        Without a version μ is the running mean of the ratings, which moves with every
+        event, inside a batch too.
+        """
+        if self.model is not None:
+            return float(self.model.global_mean)
+        earlier = np.cumsum(ratings) - ratings + self._rating_sum
+        counts = self._rating_count + np.arange(len(ratings))
+        midpoint = float(np.mean(self.rating_range))
+        return np.where(counts > 0, earlier / np.maximum(counts, 1), midpoint)
 
     def user_vector(self, user_id: str) -> np.ndarray | None:
         """[p_u; b_u] (k+1,) for a user with a model row or folded-in ratings, else None."""

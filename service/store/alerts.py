@@ -55,9 +55,3 @@ def list_heartbeats(conn: Connection, since_events: int = 0) -> list[dict[str, A
         .order_by(heartbeats.c.events_seen)
     )
     return [dict(row._mapping) for row in conn.execute(query)]
-
-
-def last_events_seen(conn: Connection) -> int:
-    """Labelled events evaluated before this process started: the prequential clock."""
-    query = select(heartbeats.c.events_seen).order_by(heartbeats.c.id.desc()).limit(1)
-    return int(conn.scalar(query) or 0)

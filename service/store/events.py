@@ -111,8 +111,11 @@ def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
     return IngestOutcome(stored=fresh, duplicates=len(batch) - len(fresh))
 
 
-def count_events(conn: Connection) -> int:
-    return int(conn.scalar(select(func.count()).select_from(events)) or 0)
+def count_events(conn: Connection, labelled_only: bool = False) -> int:
+    query = select(func.count()).select_from(events)
+    if labelled_only:
+        query = query.where(events.c.rating.is_not(None))
+    return int(conn.scalar(query) or 0)
 
 
 def max_event_id(conn: Connection) -> int:
@@ -140,7 +143,7 @@ def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvent
     """
     if size <= 0 or up_to_id <= 0:
         return LabelledEvents.from_rows([])
-    stride = max(1, up_to_id // size)
+    stride = max(1, -(-up_to_id // size))  # rounded up: never more than ``size`` rows
     query = (
         select(events.c.id, events.c.user_id, events.c.item_id, events.c.rating)
         .where(events.c.id <= up_to_id, events.c.rating.is_not(None))

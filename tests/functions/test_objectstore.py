@@ -32,9 +32,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
 
 
 def test_store_conformance(store: ObjectStore) -> None:
-    key = model_key("v1")
+    key = model_key("v1", "0" * 64)
     assert not store.exists(key) and store.list() == []
-    with pytest.raises(ObjectNotFound, match="models/v1/model.npz"):
+    with pytest.raises(ObjectNotFound, match="models/v1/0000000000000000.npz"):
         store.get(key)
 
     store.put(key, b"first")
@@ -45,11 +45,9 @@ def test_store_conformance(store: ObjectStore) -> None:
     assert store.get(key) == b"second" and store.get("other") == b""
     assert store.exists(key)
 
-    assert store.list() == sorted(
-        ["models/v1/model.npz", "models/v10/model.npz", "models/v2/model.npz", "other"]
-    )
-    assert store.list("models/v1") == ["models/v1/model.npz", "models/v10/model.npz"]
-    assert store.list("models/v1/") == ["models/v1/model.npz"]
+    assert store.list() == sorted([key, "models/v10/model.npz", "models/v2/model.npz", "other"])
+    assert store.list("models/v1") == [key, "models/v10/model.npz"]
+    assert store.list("models/v1/") == [key]
     assert store.list("nothing/") == [] and store.list("oth") == ["other"]
 
     store.delete(key)
@@ -192,7 +190,10 @@ def test_registered_schemes_are_dispatched(tmp_path: Path, monkeypatch: pytest.M
 
 
 def test_model_key_layout() -> None:
-    assert model_key("20240101-abc") == "models/20240101-abc/model.npz"
+    digest = "ab" * 32
+    assert model_key("20240101-abc", digest) == "models/20240101-abc/abababababababab.npz"
     for bad in ("", "a/b", ".."):
         with pytest.raises(ValueError):
-            model_key(bad)
+            model_key(bad, digest)
+    with pytest.raises(ValueError, match="sha256"):
+        model_key("v1", "not-hex-at-all!!")

@@ -11,8 +11,8 @@ import pytest
 
 from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
-from functions.objectstore import FileObjectStore
-from service.registry import ModelRegistry, artifact_key
+from functions.objectstore import FileObjectStore, model_key
+from service.registry import ModelRegistry
 from service.store import Database
 from tests.support.synthetic import stationary_stream
 
@@ -58,7 +58,8 @@ def _pairs(events: list[dict]) -> tuple[list[str], list[str]]:
 
 
 def _artifact_path(store: FileObjectStore, version: str) -> Path:
-    return store.root.joinpath(*artifact_key(version).split("/"))
+    (key,) = store.list(f"models/{version}/")
+    return store.root.joinpath(*key.split("/"))
 
 
 def test_publish_then_load_gives_identical_predictions(
@@ -88,7 +89,7 @@ def test_publish_records_the_models_size_and_event_boundary(
     assert (row["n_users"], row["n_items"]) == (model.n_users, model.n_items)
     assert row["last_event_id"] == 123
     assert row["rmse"] is None and row["job_id"] is None
-    assert row["artifact_key"] == artifact_key(published.version)
+    assert row["artifact_key"] == model_key(published.version, row["checksum"])
 
 
 def test_version_names_increase(registry: ModelRegistry, events: list[dict]) -> None:
@@ -238,13 +239,6 @@ class _RacingStore(FileObjectStore):
         super().put(key, data)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="publish writes the artifact under models/<name>/ before registering the name; "
-    "when a concurrent publisher registered that name first, the losing publisher's put "
-    "has already overwritten the winner's bytes, so the registered version's checksum no "
-    "longer matches its artifact",
-)
 def test_a_publisher_losing_a_name_race_leaves_the_winners_version_intact(
     db: Database, tmp_path: Path, events: list[dict]
 ) -> None:
