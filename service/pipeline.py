@@ -219,12 +219,16 @@ class Pipeline:
     def swap(self, loaded: LoadedVersion) -> None:
         """Serve ``loaded`` from now on, with fold-in of everything it has not seen.
 
-        The replay runs outside the lock so ingestion keeps flowing; only the events
-        stored during the replay are folded in under the lock, just before the switch.
+        The fold-in starts ``fold_in_replay_events`` before the version's last event:
+        the version knows each user's long-run taste, the fold-in their latest ratings,
+        which a version trained on everything averages away. The replay runs outside
+        the lock so ingestion keeps flowing; only the events stored during the replay
+        are folded in under the lock, just before the switch.
         """
         serving = self._serving_for(loaded)
+        start = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
         with self.db.connect() as conn:
-            replay = labelled_events(conn, after_id=loaded.last_event_id)
+            replay = labelled_events(conn, after_id=start)
             caught_up_to = int(replay.ids[-1]) if len(replay) else loaded.last_event_id
         serving.learn(replay.user_ids, replay.item_ids, replay.ratings)
         with self._lock:
@@ -257,6 +261,7 @@ class Pipeline:
             loaded.version if loaded else None,
             regularization=self.settings.fold_in_regularization,
             bias_regularization=self.settings.fold_in_bias_regularization,
+            forgetting=self.settings.fold_in_forgetting,
             rating_range=(self.settings.rating_min, self.settings.rating_max),
         )
 

@@ -1,17 +1,24 @@
 """The model in service: a published version plus live fold-in of what happened since.
 
-Retraining takes minutes; users should not wait for it. Between versions every labelled
-event updates a per-user ridge regression against the version's fixed item factors
-(its sufficient statistics are a (k+1)x(k+1) Gram matrix and a (k+1) vector per user),
-so a user who rated items since the version was trained is scored with a vector that
-already reflects those ratings. The version's own vector is the prior the ridge shrinks
-towards, so a user the model knows moves from it only as far as new evidence warrants.
-Items the version has never seen get a shrunk mean-residual bias the same way.
+Retraining takes minutes; users should not wait for it. A version contributes the
+slow-moving part of a prediction, μ and the factor vectors; the fast-moving part, the
+user and item biases, is learned online from the stream:
+
+* every labelled event updates a per-user ridge regression of [p_u; b_u] against the
+  version's item factors (a (k+1)x(k+1) Gram matrix and a (k+1) vector per user), with
+  the version's p_u as the prior for the factors and zero for the bias, so a user who
+  rated items since the version was trained is scored with a vector that already
+  reflects those ratings;
+* every item keeps a shrunk mean of its residuals as its bias;
+* both forget: each new event of a user or item discounts what came before, so the
+  newest ratings weigh most. On MovieLens this beats the version's own biases, which
+  average a user's whole history (see BENCHMARKS.md).
 
 References
 ----------
 Hu, Koren & Volinsky (2008) and Koren, Bell & Volinsky (2009) use the same closed-form
-fold-in to place new users in a trained factor space without retraining.
+fold-in to place users in a trained factor space without retraining; recursive least
+squares with a forgetting factor (Haykin, Adaptive Filter Theory) gives the discount.
 """
 
 from __future__ import annotations
@@ -21,8 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from functions.mf import BiasedMF, top_k
-
-_CHUNK = 2_048
+from service.foldin import chunk_limit, decayed_group_sums
 
 
 class _Rows:
@@ -76,6 +82,12 @@ class ServingModel:
         than a factor vector does, so they get their own, smaller λ.
     rating_range
         Predictions are clipped to it.
+    forgetting
+        Each new event of a user or item first multiplies what that user or item has
+        folded in so far by this factor (1.0: never forget). Tastes and popularity
+        move, and an old residual was computed against biases that have moved since:
+        with 0.95 about the last 20 events dominate, which on MovieLens beats keeping
+        everything (DESIGN.md §6 measurement, BENCHMARKS.md).
     """
 
     def __init__(
@@ -83,13 +95,16 @@ class ServingModel:
         model: BiasedMF | None,
         version: str | None,
         regularization: float = 10.0,
-        bias_regularization: float = 1.0,
+        bias_regularization: float = 3.0,
         rating_range: tuple[float, float] = (0.5, 5.0),
+        forgetting: float = 0.95,
     ) -> None:
         self.model = model
         self.version = version
         self.regularization = regularization
         self.bias_regularization = bias_regularization
+        self.forgetting = forgetting
+        self._chunk = chunk_limit(forgetting)
         self.rating_range = rating_range
         self._dim = (model.factors if model is not None else 0) + 1
         self._ridge = np.full(self._dim, float(regularization))
@@ -109,8 +124,8 @@ class ServingModel:
 
     def predict(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> np.ndarray:
         """Predicted ratings (n,) with the statistics as they are now."""
-        features, prior = self._item_features(item_ids)
-        item_bias = self._folded_item_bias(item_ids, prior)
+        features = self._item_features(item_ids)
+        item_bias = self._folded_item_bias(item_ids)
         vectors = self._user_vectors(user_ids)
         raw = self.global_mean + item_bias + np.einsum("nd,nd->n", features, vectors)
         return np.clip(raw, *self.rating_range)
@@ -118,12 +133,10 @@ class ServingModel:
     def learn(self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray) -> None:
         """Fold labelled events (n,) into the user vectors and new-item biases.
 
-        Chunked, so replaying a long history after a swap keeps the per-event
-        (k+1)x(k+1) work arrays small.
+        Long replays go through in chunks, so the per-event (k+1)x(k+1) work arrays
+        stay small.
         """
-        for start in range(0, len(user_ids), _CHUNK):
-            stop = start + _CHUNK
-            self.predict_then_learn(user_ids[start:stop], item_ids[start:stop], ratings[start:stop])
+        self.predict_then_learn(user_ids, item_ids, ratings)
 
     def predict_then_learn(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
@@ -139,31 +152,43 @@ class ServingModel:
         event j's vector is one small ridge solve, batched over the whole batch.
         Returns the predictions (n,).
         """
-        n = len(user_ids)
-        if not n:
-            return np.empty(0)
         ratings = np.asarray(ratings, dtype=np.float64)
+        parts = [
+            self._predict_then_learn_chunk(
+                user_ids[start : start + self._chunk],
+                item_ids[start : start + self._chunk],
+                ratings[start : start + self._chunk],
+            )
+            for start in range(0, len(user_ids), self._chunk)
+        ]
+        return np.concatenate(parts) if parts else np.empty(0)
+
+    def _predict_then_learn_chunk(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
+    ) -> np.ndarray:
+        n = len(user_ids)
         mean = self._means_before(ratings)
         rows = self._users.rows_for(user_ids, self._model_priors(user_ids))
-        features, prior = self._item_features(item_ids)
+        features = self._item_features(item_ids)
         current = self._users.vector[rows]
         residuals = ratings - mean - np.einsum("nd,nd->n", features[:, :-1], current[:, :-1])
-        item_bias = self._sequential_item_bias(item_ids, residuals - current[:, -1], prior)
+        item_bias = self._sequential_item_bias(item_ids, residuals - current[:, -1])
         target = ratings - mean - item_bias
         outer = features[:, :, None] * features[:, None, :]
-        rhs = features * target[:, None]
-        before_gram, before_rhs, totals = _exclusive_group_sums(rows, outer, rhs)
-        users = self._users
-        system = users.gram[rows] + before_gram + np.diag(self._ridge)
-        right = users.rhs[rows] + before_rhs + self._ridge * users.prior[rows]
+        sums = decayed_group_sums(rows, [outer, features * target[:, None]], self.forgetting)
+        users, weight = self._users, sums.stored_weight
+        system = weight[:, None, None] * users.gram[rows] + sums.before[0]
+        system += np.diag(self._ridge)
+        right = weight[:, None] * users.rhs[rows] + sums.before[1]
+        right += self._ridge * users.prior[rows]
         vectors = np.linalg.solve(system, right[..., None])[..., 0]
         predictions = np.clip(
             mean + item_bias + np.einsum("nd,nd->n", features, vectors), *self.rating_range
         )
-        unique_rows, gram_totals, rhs_totals = totals
-        users.gram[unique_rows] += gram_totals
-        users.rhs[unique_rows] += rhs_totals
-        self._solve(unique_rows)
+        unique, final = sums.unique_rows, sums.final_weight
+        users.gram[unique] = final[:, None, None] * users.gram[unique] + sums.totals[0]
+        users.rhs[unique] = final[:, None] * users.rhs[unique] + sums.totals[1]
+        self._solve(unique)
         self._rating_sum += float(ratings.sum())
         self._rating_count += n
         return predictions
@@ -197,7 +222,8 @@ class ServingModel:
         vector = self.user_vector(user_id)
         if self.model is None or vector is None:
             return None
-        scores = self.model.item_scores(vector[:-1], float(vector[-1]))
+        scores = self.global_mean + vector[-1] + self.model.item_factors @ vector[:-1]
+        scores += self._item_bias_by_model_row()
         excluded = self.model.encode_items(list(exclude_items))
         rows, top = top_k(scores, k, exclude=excluded[excluded >= 0])
         return [(self.model.item_ids[r], float(s)) for r, s in zip(rows, top, strict=True)]
@@ -224,70 +250,47 @@ class ServingModel:
         users = self.model.encode_users(list(user_ids))
         known = users >= 0
         priors[known, :-1] = self.model.user_factors[users[known]]
-        priors[known, -1] = self.model.user_bias[users[known]]
-        return priors
+        return priors  # biases start from zero: see the class docstring
 
-    def _item_features(self, item_ids: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-        """[q_i; 1] (n x k+1) and the version's item bias b_i (n,); zeros for new items."""
+    def _item_features(self, item_ids: Sequence[str]) -> np.ndarray:
+        """[q_i; 1] (n x k+1); items the version lacks have no factors."""
         features = np.zeros((len(item_ids), self._dim))
         features[:, -1] = 1.0
-        bias = np.zeros(len(item_ids))
         if self.model is not None:
             items = self.model.encode_items(list(item_ids))
             known = items >= 0
             features[known, :-1] = self.model.item_factors[items[known]]
-            bias[known] = self.model.item_bias[items[known]]
-        return features, bias
+        return features
 
-    def _folded_item_bias(self, item_ids: Sequence[str], prior: np.ndarray) -> np.ndarray:
-        """Item biases moved from the version's towards the residuals seen since."""
-        bias = prior.copy()
-        for position, item in enumerate(item_ids):
-            stats = self._items.get(item)
-            if stats is not None:
-                bias[position] = self._shrunk(stats, prior[position])
-        return bias
+    def _folded_item_bias(self, item_ids: Sequence[str]) -> np.ndarray:
+        """Each item's online bias (n,); zero for an item with no events yet."""
+        items = self._items
+        return np.fromiter(
+            (self._shrunk(items[i]) if i in items else 0.0 for i in item_ids),
+            dtype=np.float64,
+            count=len(item_ids),
+        )
 
-    def _sequential_item_bias(
-        self, item_ids: Sequence[str], residuals: np.ndarray, prior: np.ndarray
-    ) -> np.ndarray:
+    def _item_bias_by_model_row(self) -> np.ndarray:
+        """Online biases aligned with the version's item rows (n_items,), for scoring."""
+        assert self.model is not None
+        dense = np.zeros(self.model.n_items)
+        ids = list(self._items)
+        rows = self.model.encode_items(ids)
+        known = np.flatnonzero(rows >= 0)
+        dense[rows[known]] = [self._shrunk(self._items[ids[k]]) for k in known]
+        return dense
+
+    def _sequential_item_bias(self, item_ids: Sequence[str], residuals: np.ndarray) -> np.ndarray:
         """Each event's item bias from the residuals before it; then absorbs them all."""
         bias = np.empty(len(item_ids))
+        decay = self.forgetting
         for position, item in enumerate(item_ids):
             stats = self._items.setdefault(item, [0.0, 0.0])
-            bias[position] = self._shrunk(stats, prior[position])
-            stats[0] += residuals[position]
-            stats[1] += 1.0
+            bias[position] = self._shrunk(stats)
+            stats[0] = decay * stats[0] + residuals[position]
+            stats[1] = decay * stats[1] + 1.0
         return bias
 
-    def _shrunk(self, stats: list[float], prior: float) -> float:
-        weight = self.bias_regularization
-        return (weight * prior + stats[0]) / (weight + stats[1])
-
-
-def _exclusive_group_sums(
-    rows: np.ndarray, outer: np.ndarray, rhs: np.ndarray
-) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """Per event, the sums over earlier events of the same row; plus per-row totals.
-
-    ``outer`` is (n x d x d), ``rhs`` (n x d). Returns (gram before (n x d x d), rhs
-    before (n x d), (unique rows (m,), gram totals (m x d x d), rhs totals (m x d))).
-    One stable sort groups events by row; an exclusive running sum minus its value at
-    the group's start is then "the same row, earlier in the batch".
-    """
-    order = np.argsort(rows, kind="stable")
-    unique_rows, starts, counts = np.unique(rows[order], return_index=True, return_counts=True)
-    group = np.repeat(np.arange(len(starts)), counts)
-    sums = []
-    for values in (outer, rhs):
-        ordered = values[order]
-        running = np.cumsum(ordered, axis=0)
-        totals_end = running[starts + counts - 1]
-        running -= ordered
-        at_start = running[starts]
-        running -= at_start[group]
-        before = np.empty_like(running)
-        before[order] = running
-        sums.append((before, totals_end - at_start))
-    (gram_before, gram_totals), (rhs_before, rhs_totals) = sums
-    return gram_before, rhs_before, (unique_rows, gram_totals, rhs_totals)
+    def _shrunk(self, stats: list[float]) -> float:
+        return stats[0] / (self.bias_regularization + stats[1])

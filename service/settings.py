@@ -61,7 +61,9 @@ class Settings(BaseSettings):
 
     # Serving.
     fold_in_regularization: float = Field(10.0, gt=0)
-    fold_in_bias_regularization: float = Field(5.0, gt=0)
+    fold_in_bias_regularization: float = Field(3.0, gt=0)
+    fold_in_forgetting: float = Field(0.95, gt=0, le=1)
+    fold_in_replay_events: int = Field(50_000, ge=0)
     popular_window: int = Field(5_000, ge=1)
 
     @model_validator(mode="after")

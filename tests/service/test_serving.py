@@ -93,12 +93,19 @@ def test_without_a_model_there_is_nothing_to_recommend() -> None:
 # -- with a model --------------------------------------------------------------------
 
 
-def test_a_known_user_without_new_events_gets_exactly_the_models_prediction(
+def _factor_only_prediction(model: BiasedMF, users: list[str], items: list[str]) -> np.ndarray:
+    """μ + p·q: what the version contributes; biases are learned online from zero."""
+    p = model.user_factors[model.encode_users(users)]
+    q = model.item_factors[model.encode_items(items)]
+    return model.global_mean + np.einsum("nd,nd->n", p, q)
+
+
+def test_a_known_user_without_new_events_gets_the_versions_factors_and_no_bias(
     events: list[dict], model: BiasedMF
 ) -> None:
     serving = ServingModel(model, "v0001")
     users, items, _ = _columns([e for e in events if e["user_id"] not in COLD_USERS][:500])
-    expected = model.predict(users, items, clip=(0.5, 5.0))
+    expected = np.clip(_factor_only_prediction(model, users, items), 0.5, 5.0)
     np.testing.assert_allclose(serving.predict(users, items), expected, rtol=0, atol=1e-12)
     # Events of other users on other items change nothing for them.
     serving.learn(["newcomer", "newcomer"], ["new-a", "new-b"], np.array([5.0, 0.5]))
@@ -270,9 +277,7 @@ def test_recommend_returns_k_items_best_first_without_the_excluded_ones(
 ) -> None:
     serving = ServingModel(model, "v0001")
     user = "u50"
-    scores = model.item_scores(
-        model.user_factors[model.user_index[user]], model.user_bias[model.user_index[user]]
-    )
+    scores = _factor_only_prediction(model, [user] * model.n_items, model.item_ids)
     ranked = [model.item_ids[r] for r in np.argsort(-scores, kind="stable")]
     exclude = [ranked[0], ranked[2], "not-an-item"]
     recommended = serving.recommend(user, 5, exclude)
@@ -283,7 +288,7 @@ def test_recommend_returns_k_items_best_first_without_the_excluded_ones(
     assert not set(items) & set(exclude)
     assert got_scores == sorted(got_scores, reverse=True)
     assert items == [i for i in ranked if i not in exclude][:5]
-    expected = model.predict([user] * 5, items)  # unclipped model scores
+    expected = _factor_only_prediction(model, [user] * 5, items)  # unclipped
     np.testing.assert_allclose(got_scores, expected, rtol=0, atol=1e-12)
 
 
@@ -304,12 +309,11 @@ def test_recommend_places_a_folded_in_user_but_not_a_stranger(model: BiasedMF) -
 
 
 def test_recommend_follows_the_folded_in_vector(model: BiasedMF) -> None:
-    serving = ServingModel(model, "v0001")
+    serving = ServingModel(model, "v0001", rating_range=(-100.0, 100.0))  # no clipping
     serving.learn(["newcomer"] * 3, ["i1", "i2", "i3"], np.array([5.0, 0.5, 4.0]))
-    vector = serving.user_vector("newcomer")
-    assert vector is not None
+    assert serving.user_vector("newcomer") is not None
     recommended = serving.recommend("newcomer", 3)
     assert recommended is not None
-    scores = model.item_scores(vector[:-1], float(vector[-1]))
+    scores = serving.predict(["newcomer"] * model.n_items, model.item_ids)
     best = np.argsort(-scores, kind="stable")[:3]
     assert [item for item, _ in recommended] == [model.item_ids[r] for r in best]
