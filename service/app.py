@@ -44,6 +44,7 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.pipeline = pipeline
         yield
         pipeline.retrainer.wait(timeout=30)
+        pipeline.flush()
         pipeline.db.dispose()
 
     app = FastAPI(title="Driftline", version="0.1.0", lifespan=lifespan)

@@ -10,7 +10,7 @@ that key's statistics by ``decay``, so the newest evidence weighs most:
 
 One stable sort groups the batch by key; a cumulative sum of v_i · decay^(−i) over each
 group then gives every prefix, and multiplying back by decay^(k−1) gives S before event
-k. ``chunk_limit`` bounds the batch so decay^(−i) stays far from overflow.
+k. ``chunk_limit`` bounds the batch so decay^(−i) cannot overflow.
 """
 
 from __future__ import annotations
@@ -21,16 +21,18 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: decay^(−i) is kept below this, so prefix sums keep ~10 significant digits.
-_MAX_SCALE = 1e6
+#: decay^(−i) is kept below this so nothing overflows. Precision does not suffer from
+#: large scales: the rounding error of a prefix is relative to decay^(−k) and is
+#: multiplied back by decay^(k−1), so it stays relative to the decayed sum itself.
+_MAX_SCALE = 1e150
 _MAX_CHUNK = 2_048
 
 
 def chunk_limit(decay: float) -> int:
     """The most events one call may group, for ``decay`` in (0, 1].
 
-    >>> chunk_limit(1.0), chunk_limit(0.95)
-    (2048, 269)
+    >>> chunk_limit(1.0), chunk_limit(0.95), chunk_limit(0.5)
+    (2048, 2048, 498)
     """
     if decay >= 1.0:
         return _MAX_CHUNK
@@ -101,3 +103,68 @@ def decayed_group_sums(
     stored_weight = np.empty(len(rows))
     stored_weight[order] = decay**position
     return GroupSums(unique_rows, stored_weight, decay**counts, before_all, totals_all)
+
+
+class OnlineBiases:
+    """A bias per key: the shrunk, forgetting mean of the residuals it has been given.
+
+    bias = Σ decayᵃᵍᵉ · residual / (regularization + Σ decayᵃᵍᵉ), where a residual's age
+    counts the key's later events. A key never seen has bias zero.
+
+    Examples
+    --------
+    >>> biases = OnlineBiases(regularization=1.0, forgetting=1.0)
+    >>> biases.learn_sequential(["a", "b", "a"], np.array([2.0, 4.0, 2.0])).tolist()
+    [0.0, 0.0, 1.0]
+    >>> biases.values(["a", "b", "c"]).tolist()
+    [1.3333333333333333, 2.0, 0.0]
+    """
+
+    def __init__(self, regularization: float, forgetting: float = 1.0) -> None:
+        self.regularization = regularization
+        self.forgetting = forgetting
+        self.index: dict[str, int] = {}
+        self._sum = np.zeros(64)
+        self._count = np.zeros(64)
+
+    def keys(self) -> list[str]:
+        return list(self.index)
+
+    def values(self, keys: Sequence[str]) -> np.ndarray:
+        """Current bias of each key (n,), zero for keys never seen."""
+        index = self.index
+        rows = np.fromiter((index.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
+        out = np.zeros(len(keys))
+        seen = rows >= 0
+        out[seen] = self._bias(rows[seen])
+        return out
+
+    def all_values(self) -> np.ndarray:
+        """Bias of every key, in the order of ``keys()``."""
+        return self._bias(np.arange(len(self.index)))
+
+    def learn_sequential(self, keys: Sequence[str], residuals: np.ndarray) -> np.ndarray:
+        """Each event's bias from the key's earlier residuals (n,); then absorbs them all."""
+        rows = self._rows(keys)
+        sums = decayed_group_sums(rows, [residuals, np.ones(len(rows))], self.forgetting)
+        weight = sums.stored_weight
+        total = weight * self._sum[rows] + sums.before[0]
+        count = weight * self._count[rows] + sums.before[1]
+        unique, final = sums.unique_rows, sums.final_weight
+        self._sum[unique] = final * self._sum[unique] + sums.totals[0]
+        self._count[unique] = final * self._count[unique] + sums.totals[1]
+        return total / (self.regularization + count)
+
+    def _bias(self, rows: np.ndarray) -> np.ndarray:
+        return self._sum[rows] / (self.regularization + self._count[rows])
+
+    def _rows(self, keys: Sequence[str]) -> np.ndarray:
+        index = self.index
+        rows = np.fromiter(
+            (index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys)
+        )
+        if len(index) > len(self._sum):
+            capacity = max(len(index), 2 * len(self._sum))
+            self._sum = np.concatenate([self._sum, np.zeros(capacity - len(self._sum))])
+            self._count = np.concatenate([self._count, np.zeros(capacity - len(self._count))])
+        return rows

@@ -26,13 +26,12 @@ from service.retraining import Retrainer
 from service.serving import ServingModel
 from service.settings import Settings
 from service.store import Database
-from service.store.alerts import add_alert, add_heartbeats
+from service.store.alerts import add_alert, add_heartbeats, list_heartbeats
 from service.store.events import (
     IngestOutcome,
     NewEvent,
     count_events,
     labelled_events,
-    max_event_id,
     popular_items,
     rated_items,
     store_events,
@@ -91,6 +90,7 @@ class Pipeline:
         self._events_offset = 0
         self._seen_at_swap = 0
         self._static_pending = np.empty(0)
+        self._unsaved_heartbeats: list[dict] = []
         self._lock = threading.Lock()
 
     # -- start-up ---------------------------------------------------------------
@@ -115,11 +115,15 @@ class Pipeline:
         """Store ``batch`` atomically, then evaluate and learn from the new events.
 
         The batch is durable before this returns; evaluation happens after the commit,
-        so a failure there can never lose an acknowledged event.
+        so a failure there can never lose an acknowledged event. Heartbeats ride along
+        with the next batch's transaction instead of costing a commit of their own;
+        alerts are written at once.
         """
         with self._lock:
             with self.db.begin() as conn:
                 outcome = store_events(conn, batch)
+                add_heartbeats(conn, self._unsaved_heartbeats)
+            self._unsaved_heartbeats = []
             alerts = self._evaluate_and_learn(outcome.stored)
         self.metrics.events_ingested.inc(outcome.accepted)
         self.metrics.events_duplicate.inc(outcome.duplicates)
@@ -157,19 +161,27 @@ class Pipeline:
     def _record_heartbeats(self, heartbeats: list[Heartbeat]) -> list[int]:
         if not heartbeats:
             return []
-        rows, alerts = [], []
+        alerts = []
         for beat in heartbeats:
             static_sq, self._static_pending = (
                 self._static_pending[: beat.events],
                 self._static_pending[beat.events :],
             )
-            rows.append(self._heartbeat_row(beat, float(np.sqrt(static_sq.mean()))))
+            row = self._heartbeat_row(beat, float(np.sqrt(static_sq.mean())))
+            self._unsaved_heartbeats.append(row)
             alert = self.monitor.update(beat) if self.current is not None else None
             if alert is not None:
                 alerts.append(alert)
+        if not alerts:
+            return []
+        return self.flush(alerts)
+
+    def flush(self, alerts: Sequence[DriftAlert] = ()) -> list[int]:
+        """Write heartbeats not yet saved, and ``alerts``; returns the alerts' ids."""
         with self.db.begin() as conn:
-            add_heartbeats(conn, rows)
+            add_heartbeats(conn, self._unsaved_heartbeats)
             alert_ids = [self._store_alert(conn, alert) for alert in alerts]
+        self._unsaved_heartbeats = []
         return alert_ids
 
     def _heartbeat_row(self, beat: Heartbeat, static_rmse: float) -> dict:
@@ -282,6 +294,10 @@ class Pipeline:
         items = [(item, count / total) for item, count in popular if item not in unseen][:k]
         return Recommendation(user_id, items, version, "popular")
 
-    def stored_events(self) -> int:
+    def heartbeats(self, since_events: int = 0) -> list[dict]:
+        """Stored heartbeats and those waiting for the next write, oldest first."""
+        with self._lock:
+            pending = [dict(row) for row in self._unsaved_heartbeats]
         with self.db.connect() as conn:
-            return max_event_id(conn)
+            stored = list_heartbeats(conn, since_events)
+        return stored + [row for row in pending if row["events_seen"] > since_events]

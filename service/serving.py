@@ -28,7 +28,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from functions.mf import BiasedMF, top_k
-from service.foldin import chunk_limit, decayed_group_sums
+from service.foldin import OnlineBiases, chunk_limit, decayed_group_sums
 
 
 class _Rows:
@@ -110,7 +110,7 @@ class ServingModel:
         self._ridge = np.full(self._dim, float(regularization))
         self._ridge[-1] = bias_regularization
         self._users = _Rows(self._dim)
-        self._items: dict[str, list[float]] = {}  # item -> [residual sum, count] since version
+        self._items = OnlineBiases(bias_regularization, forgetting)
         self._rating_sum = 0.0
         self._rating_count = 0
 
@@ -125,7 +125,7 @@ class ServingModel:
     def predict(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> np.ndarray:
         """Predicted ratings (n,) with the statistics as they are now."""
         features = self._item_features(item_ids)
-        item_bias = self._folded_item_bias(item_ids)
+        item_bias = self._items.values(item_ids)
         vectors = self._user_vectors(user_ids)
         raw = self.global_mean + item_bias + np.einsum("nd,nd->n", features, vectors)
         return np.clip(raw, *self.rating_range)
@@ -172,7 +172,7 @@ class ServingModel:
         features = self._item_features(item_ids)
         current = self._users.vector[rows]
         residuals = ratings - mean - np.einsum("nd,nd->n", features[:, :-1], current[:, :-1])
-        item_bias = self._sequential_item_bias(item_ids, residuals - current[:, -1])
+        item_bias = self._items.learn_sequential(item_ids, residuals - current[:, -1])
         target = ratings - mean - item_bias
         outer = features[:, :, None] * features[:, None, :]
         sums = decayed_group_sums(rows, [outer, features * target[:, None]], self.forgetting)
@@ -262,35 +262,11 @@ class ServingModel:
             features[known, :-1] = self.model.item_factors[items[known]]
         return features
 
-    def _folded_item_bias(self, item_ids: Sequence[str]) -> np.ndarray:
-        """Each item's online bias (n,); zero for an item with no events yet."""
-        items = self._items
-        return np.fromiter(
-            (self._shrunk(items[i]) if i in items else 0.0 for i in item_ids),
-            dtype=np.float64,
-            count=len(item_ids),
-        )
-
     def _item_bias_by_model_row(self) -> np.ndarray:
         """Online biases aligned with the version's item rows (n_items,), for scoring."""
         assert self.model is not None
         dense = np.zeros(self.model.n_items)
-        ids = list(self._items)
-        rows = self.model.encode_items(ids)
-        known = np.flatnonzero(rows >= 0)
-        dense[rows[known]] = [self._shrunk(self._items[ids[k]]) for k in known]
+        rows = self.model.encode_items(self._items.keys())
+        known = rows >= 0
+        dense[rows[known]] = self._items.all_values()[known]
         return dense
-
-    def _sequential_item_bias(self, item_ids: Sequence[str], residuals: np.ndarray) -> np.ndarray:
-        """Each event's item bias from the residuals before it; then absorbs them all."""
-        bias = np.empty(len(item_ids))
-        decay = self.forgetting
-        for position, item in enumerate(item_ids):
-            stats = self._items.setdefault(item, [0.0, 0.0])
-            bias[position] = self._shrunk(stats)
-            stats[0] = decay * stats[0] + residuals[position]
-            stats[1] = decay * stats[1] + 1.0
-        return bias
-
-    def _shrunk(self, stats: list[float]) -> float:
-        return stats[0] / (self.bias_regularization + stats[1])

@@ -145,6 +145,11 @@ def test_the_bootstrap_model_serves_personal_recommendations(
 
 def test_heartbeats_are_stored_with_the_version_that_served_them(served: Pipeline) -> None:
     with served.db.connect() as conn:
+        saved = list_heartbeats(conn)
+    beats = served.heartbeats()
+    assert beats[: len(saved)] == saved  # the newest wait for the next batch's commit
+    served.flush()
+    with served.db.connect() as conn:
         beats = list_heartbeats(conn)
     assert [b["events_seen"] for b in beats] == [50, 100, 150, 200, 250, 300]
     assert all(b["events"] == 50 for b in beats)

@@ -8,7 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
 from service.api.deps import PipelineDep
-from service.store.alerts import list_alerts, list_heartbeats
+from service.store.alerts import list_alerts
 from service.store.jobs import list_jobs
 
 router = APIRouter(tags=["ops"])
@@ -64,9 +64,9 @@ def _chart(points: list[dict], width: int = 800, height: int = 220) -> str:
 @router.get("/dashboard", response_class=HTMLResponse)
 def dashboard(pipeline: PipelineDep) -> str:
     with pipeline.db.connect() as conn:
-        beats = list_heartbeats(conn)
         alerts = list_alerts(conn, 50)
         jobs = list_jobs(conn, 50)
+    beats = pipeline.heartbeats()
     summary = pipeline.tracker.summary()
     return (
         f"<!doctype html><html><head><title>Driftline</title><style>{_STYLE}</style></head>"

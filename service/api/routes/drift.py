@@ -8,7 +8,7 @@ from fastapi import APIRouter, Query
 
 from service.api.deps import PipelineDep
 from service.api.schemas import AlertPublic, AlertsPublic
-from service.store.alerts import list_alerts, list_heartbeats
+from service.store.alerts import list_alerts
 
 router = APIRouter(tags=["drift"])
 
@@ -27,6 +27,4 @@ def heartbeats(
     pipeline: PipelineDep, since_events: Annotated[int, Query(ge=0)] = 0
 ) -> dict[str, Any]:
     """Prequential RMSE per heartbeat, of the served model and the never-retrained one."""
-    with pipeline.db.connect() as conn:
-        rows = list_heartbeats(conn, since_events)
-    return {"heartbeats": rows}
+    return {"heartbeats": pipeline.heartbeats(since_events)}
