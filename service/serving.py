@@ -23,7 +23,7 @@ squares with a forgetting factor (Haykin, Adaptive Filter Theory) gives the disc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
@@ -41,27 +41,31 @@ class _Rows:
         self.prior = np.zeros((0, dim))
         self.vector = np.zeros((0, dim))
 
-    def rows_for(self, keys: Sequence[str], priors: np.ndarray) -> np.ndarray:
-        """Row of each key, allocating rows (with their prior) for new keys."""
-        rows = np.empty(len(keys), dtype=np.int64)
-        new_keys: list[int] = []
-        for position, key in enumerate(keys):
-            row = self.index.get(key)
-            if row is None:
-                row = len(self.index)
-                self.index[key] = row
-                new_keys.append(position)
-            rows[position] = row
-        if new_keys:
-            self._grow(priors[new_keys])
+    def rows_for(
+        self, keys: Sequence[str], priors_of: Callable[[list[str]], np.ndarray]
+    ) -> np.ndarray:
+        """Row of each key, allocating rows for new keys with ``priors_of(new keys)``."""
+        index = self.index
+        known = len(index)
+        rows = np.fromiter(
+            (index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys)
+        )
+        if len(index) > known:
+            self._grow(priors_of(list(index)[known:]))
         return rows
 
     def _grow(self, priors: np.ndarray) -> None:
-        count, dim = priors.shape
-        self.gram = np.concatenate([self.gram, np.zeros((count, dim, dim))])
-        self.rhs = np.concatenate([self.rhs, np.zeros((count, dim))])
-        self.prior = np.concatenate([self.prior, priors])
-        self.vector = np.concatenate([self.vector, priors])
+        """Give the newest ``len(priors)`` rows their priors; storage doubles when full."""
+        used = len(self.index)
+        if used > len(self.rhs):
+            capacity = max(used, 2 * len(self.rhs), 64)
+            for name in ("gram", "rhs", "prior", "vector"):
+                old = getattr(self, name)
+                grown = np.zeros((capacity, *old.shape[1:]))
+                grown[: len(old)] = old
+                setattr(self, name, grown)
+        self.prior[used - len(priors) : used] = priors
+        self.vector[used - len(priors) : used] = priors
 
 
 class ServingModel:
@@ -168,7 +172,7 @@ class ServingModel:
     ) -> np.ndarray:
         n = len(user_ids)
         mean = self._means_before(ratings)
-        rows = self._users.rows_for(user_ids, self._model_priors(user_ids))
+        rows = self._users.rows_for(user_ids, self._model_priors)
         features = self._item_features(item_ids)
         current = self._users.vector[rows]
         residuals = ratings - mean - np.einsum("nd,nd->n", features[:, :-1], current[:, :-1])

@@ -50,7 +50,7 @@ class Settings(BaseSettings):
     bootstrap_events: int = Field(1000, ge=1)
     refresh_events: int | None = Field(10_000, ge=1)
     history_sample: int = Field(50_000, ge=0)
-    factors: int = Field(16, ge=1, le=512)
+    factors: int = Field(8, ge=1, le=512)
     learning_rate: float = Field(0.05, gt=0)
     regularization: float = Field(0.1, ge=0)
     batch_size: int = Field(1024, ge=1)
