@@ -60,6 +60,30 @@ def serve(
 
 
 @app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 9092,
+    topic: Annotated[str, typer.Option(help="Topic to create.")] = "events",
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the topic.")] = 4,
+) -> None:
+    """Run the embedded Kafka-protocol broker (Tansu, in-memory log) until stopped."""
+    import signal
+    import time
+
+    from service.kafka.broker import EmbeddedBroker
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(message)s")
+    with EmbeddedBroker(port=port, topic=topic, partitions=partitions) as running:
+        typer.echo(f"broker on {running.bootstrap}, topic {topic!r} with {partitions} partitions")
+        stop = {"now": False}
+        signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+        try:
+            while not stop["now"] and running.process and running.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command()
 def demo(
     limit: Annotated[
         int | None, typer.Option(help="Replay only the first N ratings (shorter demo).")

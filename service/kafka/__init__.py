@@ -1,0 +1,1 @@
+"""Kafka: the embedded broker, the exactly-once consumer, and producers for replays."""
