@@ -31,6 +31,10 @@ def serve(
         float | None, typer.Option(help="Accuracy drop an alert needs.")
     ] = None,
     log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
+    kafka_bootstrap: Annotated[
+        str | None, typer.Option(help="HOST:PORT of a Kafka broker to consume from.")
+    ] = None,
+    kafka_topic: Annotated[str | None, typer.Option(help="Topic to consume.")] = None,
 ) -> None:
     """Run the service (embedded default: SQLite and file:// under --data-dir)."""
     import uvicorn
@@ -46,10 +50,10 @@ def serve(
         heartbeat_events=heartbeat_events,
         min_relative_drop=min_relative_drop,
         log_level=log_level,
+        kafka_bootstrap=kafka_bootstrap,
+        kafka_topic=kafka_topic,
     )
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    _configure_logging(settings)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -57,6 +61,52 @@ def serve(
         log_level=settings.log_level,
         access_log=False,
     )
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # our consumer logs what matters
+
+
+@app.command()
+def consume(
+    kafka_bootstrap: Annotated[str | None, typer.Option(help="HOST:PORT of the broker.")] = None,
+    kafka_topic: Annotated[str | None, typer.Option(help="Topic to consume.")] = None,
+    replica: Annotated[int | None, typer.Option(help="This replica's number, from 0.")] = None,
+    replicas: Annotated[int | None, typer.Option(help="How many replicas split the topic.")] = None,
+    data_dir: Annotated[Path | None, typer.Option(help="SQLite file and object store.")] = None,
+    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL.")] = None,
+    log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
+) -> None:
+    """Consume Kafka into the event store (and the pipeline) without serving HTTP."""
+    import signal
+
+    from service.app import build_pipeline, consumer_for
+
+    settings = _settings(
+        kafka_bootstrap=kafka_bootstrap,
+        kafka_topic=kafka_topic,
+        kafka_replica=replica,
+        kafka_replicas=replicas,
+        data_dir=data_dir,
+        database_url=database_url,
+        log_level=log_level,
+    )
+    if not settings.kafka_bootstrap:
+        raise typer.BadParameter("--kafka-bootstrap (or DRIFTLINE_KAFKA_BOOTSTRAP) is required")
+    _configure_logging(settings)
+    pipeline = build_pipeline(settings)
+    consumer = consumer_for(pipeline)
+    signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
+    try:
+        consumer.run()
+    except KeyboardInterrupt:
+        consumer.stop()
+    finally:
+        pipeline.retrainer.wait(timeout=30)
+        pipeline.flush()
 
 
 @app.command()
@@ -90,11 +140,14 @@ def demo(
     ] = None,
     batch_size: Annotated[int, typer.Option(help="Events per POST /ingest.")] = 500,
     user: Annotated[str | None, typer.Option(help="User whose top 10 to show.")] = None,
+    kafka: Annotated[
+        bool, typer.Option("--kafka", help="Replay through an embedded Kafka broker.")
+    ] = False,
 ) -> None:
     """Replay MovieLens through a live service and summarise what happened."""
     from service.demo import run_demo
 
-    run_demo(limit=limit, batch_size=batch_size, user=user)
+    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka)
 
 
 @app.command()
@@ -116,6 +169,57 @@ def bench(
     else:
         for key, value in sorted(result.items()):
             typer.echo(f"{key:32} {value}")
+
+
+@app.command()
+def replay(
+    to: Annotated[str, typer.Option(help="Target: http (POST /ingest) or kafka.")],
+    dataset: Annotated[Path, typer.Option(help="Ratings file (MovieLens CSV or TSV).")],
+    trace: Annotated[
+        str, typer.Option(help="Arrival trace: constant, wiki, berkeley, twitter, wits.")
+    ],
+    speed: Annotated[float, typer.Option(help="Play the trace X times faster.")] = 1.0,
+    url: Annotated[str, typer.Option(help="Service URL (--to http).")] = "http://127.0.0.1:8000",
+    bootstrap: Annotated[
+        str, typer.Option(help="Kafka HOST:PORT (--to kafka).", envvar="DRIFTLINE_KAFKA_BOOTSTRAP")
+    ] = "127.0.0.1:9092",
+    topic: Annotated[
+        str, typer.Option(help="Kafka topic (--to kafka).", envvar="DRIFTLINE_KAFKA_TOPIC")
+    ] = "events",
+    limit: Annotated[int | None, typer.Option(help="Replay only the first N ratings.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Most events per request or flush.")] = 500,
+    rate: Annotated[
+        float | None, typer.Option(help="Events per second of the constant trace (1000).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
+) -> None:
+    """Replay a ratings file to HTTP or Kafka at the pace of an arrival-rate trace."""
+    from service.replay import ReplayConfig, ReplayError, run_replay
+
+    try:
+        config = ReplayConfig(
+            to=to,
+            dataset=dataset,
+            trace=trace,
+            speed=speed,
+            url=url,
+            bootstrap=bootstrap,
+            topic=topic,
+            limit=limit,
+            batch_size=batch_size,
+            rate=rate,
+        )
+        summary = run_replay(config)
+    except ReplayError as exc:
+        typer.echo(f"driftline replay: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        typer.echo("driftline replay: interrupted", err=True)
+        raise typer.Exit(code=130) from None
+    for line in summary.lines():
+        typer.echo(line)
+    if as_json:
+        typer.echo(json.dumps(summary.as_dict(), sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -1,25 +1,30 @@
 """``driftline demo``: MovieLens through a live service, then a summary.
 
 The server runs as a real ``driftline serve`` process on loopback with a temporary data
-directory; the ratings go through ``POST /ingest`` in timestamp order, while river's
-``BiasedMF`` learns the same stream in this process for comparison.
+directory; the ratings go through ``POST /ingest`` in timestamp order (or, with
+``--kafka``, through an embedded Kafka-protocol broker the service consumes), while
+river's ``BiasedMF`` learns the same stream in this process for comparison.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
 import tempfile
 import time
 from collections import Counter
 from pathlib import Path
 
 import httpx
+from kafka import KafkaProducer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
 from service.baselines import RiverTrack
 from service.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
-from service.launcher import ServerProcess
+from service.kafka.broker import EmbeddedBroker
+from service.launcher import ServerProcess, free_port
 
 
 def replay(client: httpx.Client, stream: RatingStream, batch_size: int, river: RiverTrack) -> None:
@@ -36,6 +41,36 @@ def replay(client: httpx.Client, stream: RatingStream, batch_size: int, river: R
                 stream.user_ids[start:stop], stream.item_ids[start:stop], stream.ratings[start:stop]
             )
             progress.update(task, advance=len(events))
+
+
+def replay_kafka(
+    client: httpx.Client, bootstrap: str, stream: RatingStream, batch_size: int, river: RiverTrack
+) -> None:
+    """Produce ``stream`` to the topic the service consumes; river learns it meanwhile.
+
+    The bar counts events the service has made durable, not messages sent.
+    """
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10)
+    columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn()) as progress:
+        task = progress.add_task("replaying ratings through Kafka", total=len(stream))
+        for start in range(0, len(stream), batch_size):
+            stop = min(start + batch_size, len(stream))
+            for event in stream.events(start, stop):
+                producer.send(
+                    "events", key=event["user_id"].encode(), value=json.dumps(event).encode()
+                )
+            river.process(
+                stream.user_ids[start:stop], stream.item_ids[start:stop], stream.ratings[start:stop]
+            )
+            progress.update(task, completed=client.get("/healthz").json()["events_stored"])
+        producer.flush()
+        producer.close()
+        stored = 0
+        while stored < len(stream):
+            stored = client.get("/healthz").json()["events_stored"]
+            progress.update(task, completed=stored)
+            time.sleep(0.2)
 
 
 def wait_for_jobs(client: httpx.Client, timeout: float = 120.0) -> None:
@@ -79,19 +114,28 @@ def top10_table(client: httpx.Client, user: str) -> Table:
     return table
 
 
-def run_demo(limit: int | None = None, batch_size: int = 500, user: str | None = None) -> None:
+def run_demo(
+    limit: int | None = None, batch_size: int = 500, user: str | None = None, kafka: bool = False
+) -> None:
     console = Console()
     stream = load_ratings(MOVIELENS_SMALL, limit=limit)
     river = RiverTrack()
-    with tempfile.TemporaryDirectory(prefix="driftline-demo-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="driftline-demo-")))
+        env: dict[str, str] = {}
+        if kafka:
+            broker = stack.enter_context(EmbeddedBroker(port=free_port(), partitions=4))
+            console.print(f"Kafka-protocol broker at {broker.bootstrap}, topic 'events'")
+            env["DRIFTLINE_KAFKA_BOOTSTRAP"] = broker.bootstrap
         console.print(f"Starting driftline serve with data in {tmp} …")
-        with (
-            ServerProcess(Path(tmp)) as server,
-            httpx.Client(base_url=server.url, timeout=120) as client,
-        ):
-            console.print(f"Service at {server.url} (dashboard: {server.url}/dashboard)")
+        server = stack.enter_context(ServerProcess(tmp, env=env))
+        client = stack.enter_context(httpx.Client(base_url=server.url, timeout=120))
+        console.print(f"Service at {server.url} (dashboard: {server.url}/dashboard)")
+        if kafka:
+            replay_kafka(client, broker.bootstrap, stream, batch_size, river)
+        else:
             replay(client, stream, batch_size, river)
-            wait_for_jobs(client)
-            console.print(summary_table(client, len(stream), river))
-            chosen = user or Counter(stream.user_ids).most_common(1)[0][0]
-            console.print(top10_table(client, chosen))
+        wait_for_jobs(client)
+        console.print(summary_table(client, len(stream), river))
+        chosen = user or Counter(stream.user_ids).most_common(1)[0][0]
+        console.print(top10_table(client, chosen))

@@ -43,6 +43,15 @@ class Metrics:
         self.model_load_failures = Counter(
             "driftline_model_load_failures", "Model artifacts refused.", registry=r
         )
+        self.dead_letters = Counter(
+            "driftline_dead_letters", "Kafka messages that were not valid events.", registry=r
+        )
+        self.consumer_lag = Gauge(
+            "driftline_consumer_lag",
+            "Messages in the partition not yet stored.",
+            ["partition"],
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "driftline_request_seconds", "Request latency.", ["route"], registry=r
         )

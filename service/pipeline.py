@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from sqlalchemy import Connection
 
 from drift import DriftAlert, DriftMonitor, Heartbeat, HeartbeatAggregator, PrequentialTracker
 from functions.artifacts import ArtifactError
@@ -111,17 +112,24 @@ class Pipeline:
             self.serving.learn(replay.user_ids, replay.item_ids, replay.ratings)
 
     # -- ingestion ----------------------------------------------------------------
-    def ingest(self, batch: Sequence[NewEvent]) -> IngestOutcome:
+    def ingest(
+        self,
+        batch: Sequence[NewEvent],
+        also_write: Callable[[Connection], None] | None = None,
+    ) -> IngestOutcome:
         """Store ``batch`` atomically, then evaluate and learn from the new events.
 
         The batch is durable before this returns; evaluation happens after the commit,
         so a failure there can never lose an acknowledged event. Heartbeats ride along
         with the next batch's transaction instead of costing a commit of their own;
-        alerts are written at once.
+        alerts are written at once. ``also_write`` runs inside the same transaction
+        (the Kafka consumer records its offsets there).
         """
         with self._lock:
             with self.db.begin() as conn:
                 outcome = store_events(conn, batch)
+                if also_write is not None:
+                    also_write(conn)
                 add_heartbeats(conn, self._unsaved_heartbeats)
             self._unsaved_heartbeats = []
             alerts = self._evaluate_and_learn(outcome.stored)

@@ -32,6 +32,12 @@ class Settings(BaseSettings):
     )
     log_level: str = "info"
 
+    # Kafka ingestion (off unless a bootstrap server is given).
+    kafka_bootstrap: str | None = Field(None, description="HOST:PORT of a Kafka broker.")
+    kafka_topic: str = "events"
+    kafka_replica: int = Field(0, ge=0)
+    kafka_replicas: int = Field(1, ge=1)
+
     # Ingestion limits and validation.
     rating_min: float = 0.5
     rating_max: float = 5.0
@@ -68,6 +74,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _check_ranges(self) -> Self:
+        if self.kafka_replica >= self.kafka_replicas:
+            raise ValueError(
+                f"kafka_replica ({self.kafka_replica}) must be below kafka_replicas "
+                f"({self.kafka_replicas})"
+            )
         if self.rating_min >= self.rating_max:
             raise ValueError(
                 f"rating_min ({self.rating_min}) must be below rating_max ({self.rating_max})"

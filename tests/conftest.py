@@ -1,4 +1,10 @@
-"""Fixtures shared by the service tests: a settings object and an app on a temp directory."""
+"""Fixtures shared by the tests: databases, a settings object and an app on a temp directory.
+
+``database_url`` runs a test on SQLite and, when ``DRIFTLINE_TEST_DATABASE_URL`` names a
+PostgreSQL database, on PostgreSQL too, each time on a database of its own: a SQLite file
+under the test's ``tmp_path``, or a fresh PostgreSQL schema dropped after the test (see
+``tests/support/databases.py``).
+"""
 
 from __future__ import annotations
 
@@ -7,15 +13,44 @@ from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.engine import make_url
 
 from service.app import create_app
 from service.settings import Settings
+from tests.support.databases import external_url, isolated_schema, not_configured_reason
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    base = external_url()
+    if base is None:
+        return f"databases: sqlite only ({not_configured_reason()})"
+    shown = make_url(base).render_as_string(hide_password=True)
+    return f"databases: sqlite and postgresql ({shown}, one schema per test)"
 
 
 @pytest.fixture
-def settings(tmp_path: Path) -> Settings:
+def postgresql_url() -> Iterator[str]:
+    """A URL selecting a fresh schema on the configured PostgreSQL; skips when none is."""
+    base = external_url()
+    if base is None:
+        pytest.skip(not_configured_reason())
+    with isolated_schema(base) as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The test's own database: SQLite where ``driftline serve`` puts it, or PostgreSQL."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'data' / 'driftline.db'}"
+    return request.getfixturevalue("postgresql_url")
+
+
+@pytest.fixture
+def settings(tmp_path: Path, database_url: str) -> Settings:
     return Settings(
         data_dir=tmp_path / "data",
+        database_url=database_url,
         bootstrap_events=200,
         heartbeat_events=100,
         max_epochs=8,

@@ -2,40 +2,11 @@
 
 from __future__ import annotations
 
-import math
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, StrictFloat, StringConstraints
+from pydantic import BaseModel, Field
 
-Identifier = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256)]
-# Strict: a JSON number (int or float), never a numeric string or a boolean.
-Number = StrictFloat
-
-
-class EventIn(BaseModel):
-    """One event as a client sends it; unknown fields are refused, not ignored."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    event_id: Identifier | None = None
-    user_id: Identifier
-    item_id: Identifier
-    rating: Number | None = None
-    timestamp: Number | None = None
-
-    def range_errors(self, rating_min: float, rating_max: float) -> list[tuple[str, str]]:
-        """(field, message) for values that parse but are not acceptable."""
-        errors: list[tuple[str, str]] = []
-        if self.rating is not None:
-            if not math.isfinite(self.rating):
-                errors.append(("rating", f"rating must be a finite number, got {self.rating}"))
-            elif not rating_min <= self.rating <= rating_max:
-                errors.append(
-                    ("rating", f"rating {self.rating} is outside {rating_min}..{rating_max}")
-                )
-        if self.timestamp is not None and not math.isfinite(self.timestamp):
-            errors.append(("timestamp", f"timestamp must be finite, got {self.timestamp}"))
-        return errors
+from service.validation import EventIn as EventIn  # the request schema of POST /ingest
 
 
 class IngestResult(BaseModel):

@@ -4,6 +4,6 @@ SQLAlchemy 2 Core tables, SQLite (WAL) by default, any SQLAlchemy URL otherwise;
 schema is owned by the Alembic migrations under ``migrations/``.
 """
 
-from service.store.database import Database
+from service.store.database import Database, is_unavailable
 
-__all__ = ["Database"]
+__all__ = ["Database", "is_unavailable"]

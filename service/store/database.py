@@ -1,8 +1,14 @@
-"""Engine creation and schema migration.
+"""Engine creation, schema migration, and what counts as the database being unavailable.
 
 SQLite runs in WAL mode with ``synchronous=FULL``: a batch the API acknowledged has been
 fsynced, so neither a process crash nor a power cut loses it, and readers (``/recommend``,
 the dashboard) never wait for the writer.
+
+On a database server (PostgreSQL) every pooled connection is pinged before use, so the
+service recovers by itself once a lost server is back, and a connection attempt gives up
+after ``CONNECT_TIMEOUT_SECONDS`` instead of hanging a request on an unreachable host.
+The schema (``alembic_version`` included) goes where the connection's ``search_path``
+points; ``?options=-csearch_path%3Dname`` in a psycopg URL selects a schema.
 """
 
 from __future__ import annotations
@@ -16,10 +22,13 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 log = logging.getLogger(__name__)
 
 MIGRATIONS = Path(__file__).with_name("migrations")
+CONNECT_TIMEOUT_SECONDS = 10
 
 
 def _sqlite_pragmas(dbapi_connection, _record) -> None:  # type: ignore[no-untyped-def]
@@ -40,7 +49,23 @@ def make_engine(url: str) -> Engine:
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
         return engine
-    return create_engine(url, pool_pre_ping=True)
+    connect_args = {}
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        connect_args["connect_timeout"] = CONNECT_TIMEOUT_SECONDS
+    return create_engine(url, pool_pre_ping=True, connect_args=connect_args)
+
+
+def is_unavailable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the database cannot be reached right now (retry later).
+
+    Refused or lost connections and server shutdowns are ``OperationalError``; a
+    connection closed under a statement can surface as ``InterfaceError`` or as any
+    DBAPI error SQLAlchemy flagged as a disconnect; an exhausted pool is a timeout.
+    Constraint violations and SQL errors are bugs, not outages.
+    """
+    if isinstance(exc, OperationalError | InterfaceError | PoolTimeoutError):
+        return True
+    return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
 def upgrade_schema(engine: Engine) -> None:

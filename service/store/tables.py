@@ -9,7 +9,9 @@ from sqlalchemy import (
     Float,
     ForeignKey,
     Integer,
+    LargeBinary,
     MetaData,
+    PrimaryKeyConstraint,
     String,
     Table,
     Text,
@@ -103,4 +105,27 @@ heartbeats = Table(
     Column("rmse", Float, nullable=False),
     Column("static_rmse", Float, nullable=True),
     Column("model_version", String(64), nullable=True),
+)
+
+consumer_offsets = Table(
+    "consumer_offsets",
+    metadata,
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("next_offset", BigInteger, nullable=False),
+    Column("updated_at", Float, nullable=False),
+    PrimaryKeyConstraint("topic", "partition", name="pk_consumer_offsets"),
+)
+
+dead_letters = Table(
+    "dead_letters",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("topic", String(255), nullable=False),
+    Column("partition", Integer, nullable=False),
+    Column("offset", BigInteger, nullable=False),
+    Column("key", LargeBinary, nullable=True),
+    Column("value", LargeBinary, nullable=True),
+    Column("error", Text, nullable=False),
+    Column("received_at", Float, nullable=False),
 )

@@ -3,7 +3,8 @@
 A synthetic stream with a drift planted at a known event goes through ``POST /ingest``;
 the service must alert after the drift (and not long before), retrain, serve the new
 version, beat a never-retrained model on the drifted segment, ignore a replayed batch,
-and still have everything after a restart.
+and still have everything after a restart. It runs on SQLite and, when
+``DRIFTLINE_TEST_DATABASE_URL`` is set, on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -61,9 +62,12 @@ def _snapshot(client: httpx.Client) -> dict:
     }
 
 
-def test_drift_is_detected_retrained_served_and_survives_restart(tmp_path: Path) -> None:
+def test_drift_is_detected_retrained_served_and_survives_restart(
+    tmp_path: Path, database_url: str
+) -> None:
     events = planted_drift_stream(n_events=20_000, drift_at=DRIFT_AT, seed=3)
-    server = ServerProcess(tmp_path / "data", env=SERVER_ENV).start()
+    env = {**SERVER_ENV, "DRIFTLINE_DATABASE_URL": database_url}
+    server = ServerProcess(tmp_path / "data", env=env).start()
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:
             _replay(client, events)
@@ -93,8 +97,10 @@ def test_drift_is_detected_retrained_served_and_survives_restart(tmp_path: Path)
             assert client.get("/healthz").json()["events_stored"] == len(events)
     finally:
         server.stop()
+    if not database_url.startswith("sqlite"):
+        assert not (tmp_path / "data" / "driftline.db").exists()  # it really ran elsewhere
 
-    restarted = ServerProcess(tmp_path / "data", env=SERVER_ENV).start()
+    restarted = ServerProcess(tmp_path / "data", env=env).start()
     try:
         with httpx.Client(base_url=restarted.url, timeout=60) as client:
             assert _snapshot(client) == before

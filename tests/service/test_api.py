@@ -1,12 +1,19 @@
-"""The HTTP contract of DESIGN.md §3, driven through the real ASGI app."""
+"""The HTTP contract of DESIGN.md §3, driven through the real ASGI app.
+
+Every test runs on SQLite and, when ``DRIFTLINE_TEST_DATABASE_URL`` is set, on PostgreSQL
+(the ``client`` fixture's ``database_url``).
+"""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
+from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
+from service.app import create_app
 from service.settings import Settings
 
 
@@ -89,10 +96,13 @@ def test_body_without_events_list_is_a_422(client: TestClient) -> None:
     assert client.post("/ingest", json=[1, 2]).status_code == 422
 
 
-def test_oversized_batch_and_body_are_a_413(tmp_path) -> None:
-    from service.app import create_app
-
-    settings = Settings(data_dir=tmp_path, max_batch_events=5, max_body_bytes=2048)
+def test_oversized_batch_and_body_are_a_413(tmp_path: Path, database_url: str) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        max_batch_events=5,
+        max_body_bytes=2048,
+    )
     with TestClient(create_app(settings)) as small:
         too_many = small.post("/ingest", json={"events": [_event(i) for i in range(6)]})
         assert too_many.status_code == 413
@@ -159,3 +169,39 @@ def test_ops_endpoints_answer(client: TestClient) -> None:
     assert "driftline_events_ingested_total 5.0" in metrics
     assert client.get("/drift/alerts").json() == {"alerts": []}
     assert "<h1>Driftline</h1>" in client.get("/dashboard").text
+
+
+def _failing_ingest(error: Exception):  # type: ignore[no-untyped-def]
+    def ingest(*_args: object, **_kwargs: object) -> None:
+        raise error
+
+    return ingest
+
+
+def test_an_unreachable_database_is_a_503_that_names_it(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lost = OperationalError("INSERT INTO events", None, ConnectionRefusedError("refused"))
+    monkeypatch.setattr(client.app.state.pipeline, "ingest", _failing_ingest(lost))
+    response = client.post("/ingest", json={"events": [_event(0)]})
+    assert response.status_code == 503
+    detail = response.json()["detail"]
+    assert "database is unreachable" in detail and "not acknowledged" in detail
+    assert response.headers["retry-after"] == "1"
+
+
+def test_a_closed_connection_is_a_503_too(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    closed = InterfaceError("SELECT 1", None, Exception("the connection is closed"))
+    monkeypatch.setattr(client.app.state.pipeline, "ingest", _failing_ingest(closed))
+    assert client.post("/ingest", json={"events": [_event(0)]}).status_code == 503
+
+
+def test_a_database_error_that_is_not_an_outage_is_not_a_503(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bug = IntegrityError("INSERT INTO events", None, Exception("NOT NULL constraint failed"))
+    monkeypatch.setattr(client.app.state.pipeline, "ingest", _failing_ingest(bug))
+    with pytest.raises(IntegrityError):  # the test client re-raises what became a 500
+        client.post("/ingest", json={"events": [_event(0)]})

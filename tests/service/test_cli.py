@@ -54,3 +54,11 @@ def test_demo_runs_short_and_prints_the_summary() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     for expected in ("RMSE Driftline", "RMSE river BiasedMF", "model versions", "Top 10"):
         assert expected in result.stdout
+
+
+@pytest.mark.slow
+def test_demo_through_kafka_stores_every_event() -> None:
+    result = _driftline("demo", "--kafka", "--limit", "2000")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Kafka-protocol broker" in result.stdout
+    assert "2,000" in result.stdout and "RMSE Driftline" in result.stdout

@@ -1,6 +1,7 @@
 """The stream pipeline as ``service.app.build_pipeline`` assembles it, without HTTP.
 
 Retraining runs inline (``background_retrain=False``) so every test is deterministic.
+Every test runs on SQLite and, when ``DRIFTLINE_TEST_DATABASE_URL`` is set, on PostgreSQL.
 """
 
 from __future__ import annotations
@@ -32,10 +33,10 @@ def events() -> list[NewEvent]:
     ]
 
 
-def _settings(data_dir: Path) -> Settings:
+def _settings(data_dir: Path, database_url: str) -> Settings:
     return Settings(
         data_dir=data_dir,
-        database_url=None,
+        database_url=database_url,
         object_store_url=None,
         bootstrap_events=200,
         heartbeat_events=50,
@@ -46,12 +47,13 @@ def _settings(data_dir: Path) -> Settings:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path) -> Iterator[Callable[[], Pipeline]]:
-    """Builds pipelines on one data directory (a second call is a restart)."""
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Pipeline]]:
+    """Builds pipelines on one data directory and database (a second call is a restart)."""
     built: list[Pipeline] = []
 
     def make() -> Pipeline:
-        pipeline = build_pipeline(_settings(tmp_path / "data"), background_retrain=False)
+        settings = _settings(tmp_path / "data", database_url)
+        pipeline = build_pipeline(settings, background_retrain=False)
         built.append(pipeline)
         return pipeline
 

@@ -1,19 +1,18 @@
 """The event store (``service.store``) on a real database.
 
-Every test runs on a SQLite file under ``tmp_path``. When ``DRIFTLINE_TEST_DATABASE_URL``
-names another database (e.g. ``postgresql+psycopg://localhost/test``) the same tests run
-against it too, after dropping every table it holds.
+Every test runs on a SQLite file under ``tmp_path`` and, when
+``DRIFTLINE_TEST_DATABASE_URL`` names a PostgreSQL database, on a fresh schema of it too
+(the ``database_url`` fixture in ``tests/conftest.py``).
 """
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import create_engine, func, select, text
+from sqlalchemy import func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from service.store import Database
@@ -45,42 +44,12 @@ from service.store.jobs import (
 )
 from service.store.tables import metadata
 from service.store.versions import add_version, get_version, list_versions
-
-EXTERNAL_URL_VARIABLE = "DRIFTLINE_TEST_DATABASE_URL"
-
-
-def _backends() -> list:
-    params = [pytest.param("sqlite", id="sqlite")]
-    if os.environ.get(EXTERNAL_URL_VARIABLE):
-        params.append(pytest.param("external", id="external"))
-    return params
-
-
-def _fresh_external_database(url: str) -> str:
-    """Empty the database at ``url``; skip when its driver is not installed."""
-    try:
-        engine = create_engine(url)
-    except ImportError as exc:
-        pytest.skip(f"{EXTERNAL_URL_VARIABLE} needs a database driver that is missing: {exc}")
-    try:
-        metadata.drop_all(engine)
-        with engine.begin() as conn:
-            conn.execute(text("DROP TABLE IF EXISTS alembic_version"))
-    finally:
-        engine.dispose()
-    return url
-
-
-@pytest.fixture(params=_backends())
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path}/x.db"
-    return _fresh_external_database(os.environ[EXTERNAL_URL_VARIABLE])
+from tests.support.databases import schema_of
 
 
 @pytest.fixture
-def db(db_url: str) -> Iterator[Database]:
-    database = Database(db_url)
+def db(database_url: str) -> Iterator[Database]:
+    database = Database(database_url)
     yield database
     database.dispose()
 
@@ -104,11 +73,13 @@ def _store(db: Database, batch: list[NewEvent]) -> None:
 # -- schema and connection -----------------------------------------------------------
 
 
-def test_migrations_are_idempotent_when_the_same_database_is_opened_twice(db_url: str) -> None:
-    first = Database(db_url)
+def test_migrations_are_idempotent_when_the_same_database_is_opened_twice(
+    database_url: str,
+) -> None:
+    first = Database(database_url)
     _store(first, _labelled(3))
     first.dispose()
-    second = Database(db_url)
+    second = Database(database_url)
     try:
         with second.connect() as conn:
             assert count_events(conn) == 3
@@ -122,6 +93,26 @@ def test_migrations_create_every_table(db: Database) -> None:
     with db.connect() as conn:
         for table in metadata.sorted_tables:
             assert conn.scalar(select(func.count()).select_from(table)) == 0, table.name
+
+
+def test_postgresql_tables_and_alembic_version_live_in_the_tests_own_schema(
+    db: Database, database_url: str
+) -> None:
+    if _is_sqlite(db):
+        pytest.skip("schemas are a PostgreSQL matter")
+    schema = schema_of(database_url)
+    assert schema is not None and schema.startswith("t_")
+    with db.connect() as conn:
+        assert conn.scalar(text("SELECT current_schema()")) == schema
+        here = set(
+            conn.scalars(
+                text("SELECT table_name FROM information_schema.tables WHERE table_schema = :s"),
+                {"s": schema},
+            )
+        )
+        version = conn.scalar(text(f'SELECT version_num FROM "{schema}".alembic_version'))
+    assert here == {table.name for table in metadata.sorted_tables} | {"alembic_version"}
+    assert version is not None
 
 
 def test_sqlite_runs_in_wal_mode_with_durable_commits(db: Database) -> None:

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
 from typing import Any
 
-from fastapi import APIRouter, Response
+from fastapi import APIRouter, Request, Response
 from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import SQLAlchemyError
@@ -16,7 +17,7 @@ router = APIRouter(tags=["ops"])
 
 
 @router.get("/healthz")
-def healthz(pipeline: PipelineDep) -> JSONResponse:
+def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
     body: dict[str, Any] = {
         "status": "ok",
         "model_version": pipeline.serving.version,
@@ -24,6 +25,13 @@ def healthz(pipeline: PipelineDep) -> JSONResponse:
         "retrain_job_running": pipeline.retrainer.active_job_id,
         "prequential": pipeline.tracker.summary(),
     }
+    consumer = getattr(request.app.state, "consumer", None)
+    if consumer is not None:
+        body["kafka"] = {
+            "bootstrap": consumer.bootstrap,
+            "topic": consumer.topic,
+            **asdict(consumer.state),
+        }
     try:
         with pipeline.db.connect() as conn:
             body["events_stored"] = count_events(conn)

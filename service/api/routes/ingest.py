@@ -7,12 +7,12 @@ from typing import Any
 
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
-from pydantic import ValidationError
 
 from service.api.deps import PipelineDep, SettingsDep
-from service.api.schemas import EventIn, IngestResult
+from service.api.schemas import IngestResult
 from service.settings import Settings
 from service.store.events import NewEvent
+from service.validation import parse_event
 
 router = APIRouter(tags=["ingest"])
 
@@ -52,31 +52,16 @@ def validate_events(raw_events: list[Any], settings: Settings) -> list[NewEvent]
     problems: list[dict[str, Any]] = []
     parsed: list[NewEvent] = []
     for index, raw in enumerate(raw_events):
-        try:
-            event = EventIn.model_validate(raw)
-        except ValidationError as exc:
-            problems.extend(_problem(index, error) for error in exc.errors())
-            continue
-        for field, message in event.range_errors(settings.rating_min, settings.rating_max):
-            problems.append({"index": index, "field": field, "msg": message})
-        parsed.append(
-            NewEvent(
-                user_id=event.user_id,
-                item_id=event.item_id,
-                rating=None if event.rating is None else float(event.rating),
-                timestamp=None if event.timestamp is None else float(event.timestamp),
-                event_id=event.event_id,
-            )
+        event, errors = parse_event(raw, (settings.rating_min, settings.rating_max))
+        problems.extend(
+            {"index": index, "field": e.field, "msg": f"events[{index}]: {e.message}"}
+            for e in errors
         )
+        if event is not None:
+            parsed.append(event)
     if problems:
         raise HTTPException(422, problems)
     return parsed
-
-
-def _problem(index: int, error: dict[str, Any]) -> dict[str, Any]:
-    location = ".".join(str(part) for part in error["loc"])
-    field = str(error["loc"][0]) if error["loc"] else "event"
-    return {"index": index, "field": field, "msg": f"events[{index}].{location}: {error['msg']}"}
 
 
 @router.post("/ingest", response_model=IngestResult)

@@ -1,0 +1,154 @@
+"""``driftline bench ingest``: how fast events become durable, from Kafka and over HTTP.
+
+* Kafka: a real embedded broker holds ``events`` messages; the service's consumer reads
+  them into the store through the full pipeline (validation, the durable write with its
+  offsets, prequential evaluation). ``kafka_events_per_s`` is messages / seconds from the
+  consumer's start until the last one is durable. Beside it, in the same run: a bare
+  kafka-python loop that only reads the same messages (the client's ceiling).
+* HTTP: a real ``driftline serve`` process; ``clients`` threads post batches of 500 at
+  once. ``http_events_per_s`` is events / wall seconds, ``http_p99_ms`` the 99th
+  percentile request latency. Beside it: the same batches written straight to the store
+  in-process (the storage ceiling).
+
+Retraining is switched off so the figures are about ingestion alone.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+from service.app import build_pipeline
+from service.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from service.kafka.broker import EmbeddedBroker
+from service.kafka.consumer import EventConsumer
+from service.launcher import ServerProcess, free_port
+from service.settings import Settings
+from service.store import Database
+from service.store.events import NewEvent, count_events, store_events
+
+HTTP_BATCH = 500
+
+
+def _fill_topic(bootstrap: str, stream: RatingStream) -> None:
+    import json
+
+    producer = KafkaProducer(
+        bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024
+    )
+    for event in stream.events():
+        producer.send("events", key=event["user_id"].encode(), value=json.dumps(event).encode())
+    producer.flush(timeout=120)
+    producer.close()
+
+
+def _read_only(bootstrap: str, total: int) -> float:
+    """Seconds a bare consumer needs to read ``total`` messages: the client's ceiling."""
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        fetch_max_bytes=64 * 1024 * 1024,
+        max_partition_fetch_bytes=16 * 1024 * 1024,
+    )
+    parts = [TopicPartition("events", p) for p in consumer.partitions_for_topic("events")]
+    consumer.assign(parts)
+    consumer.seek_to_beginning(*parts)
+    started, seen = time.perf_counter(), 0
+    while seen < total:
+        seen += sum(len(r) for r in consumer.poll(timeout_ms=1000, max_records=5000).values())
+    elapsed = time.perf_counter() - started
+    consumer.close()
+    return elapsed
+
+
+def _kafka(stream: RatingStream, workdir: Path) -> dict[str, float]:
+    with EmbeddedBroker(port=free_port(), partitions=4) as broker:
+        _fill_topic(broker.bootstrap, stream)
+        bare = _read_only(broker.bootstrap, len(stream))
+        settings = Settings(data_dir=workdir / "kafka", retrain_enabled=False)
+        pipeline = build_pipeline(settings, background_retrain=False)
+        consumer = EventConsumer(pipeline, broker.bootstrap, "events")
+        thread = threading.Thread(target=consumer.run, daemon=True)
+        started = time.perf_counter()
+        thread.start()
+        while consumer.state.consumed < len(stream):
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        consumer.stop()
+        thread.join(timeout=30)
+        with pipeline.db.connect() as conn:
+            stored = count_events(conn)
+        pipeline.db.dispose()
+    if stored != len(stream):
+        raise RuntimeError(f"kafka run stored {stored} of {len(stream)} events")
+    return {
+        "kafka_events_per_s": len(stream) / elapsed,
+        "kafka_read_only_events_per_s": len(stream) / bare,
+    }
+
+
+def _http(stream: RatingStream, workdir: Path, clients: int) -> dict[str, float]:
+    batches = [
+        stream.events(start, start + HTTP_BATCH) for start in range(0, len(stream), HTTP_BATCH)
+    ]
+    env = {"DRIFTLINE_RETRAIN_ENABLED": "false"}
+    latencies: list[float] = []
+    with (
+        ServerProcess(workdir / "http", env=env) as server,
+        httpx.Client(base_url=server.url, timeout=120) as http,
+    ):
+
+        def post(batch: list[dict]) -> None:
+            began = time.perf_counter()
+            http.post("/ingest", json={"events": batch}).raise_for_status()
+            latencies.append(time.perf_counter() - began)
+
+        started = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            list(pool.map(post, batches))
+        elapsed = time.perf_counter() - started
+        stored = http.get("/healthz").json()["events_stored"]
+    if stored != len(stream):
+        raise RuntimeError(f"http run stored {stored} of {len(stream)} events")
+    return {
+        "http_events_per_s": len(stream) / elapsed,
+        "http_p50_ms": float(np.percentile(latencies, 50) * 1000),
+        "http_p99_ms": float(np.percentile(latencies, 99) * 1000),
+        "store_only_events_per_s": _store_only(batches, workdir),
+    }
+
+
+def _store_only(batches: list[list[dict]], workdir: Path) -> float:
+    """Events/s of the same batches written straight to a fresh store, no HTTP, no model."""
+    db = Database(f"sqlite:///{workdir / 'store-only.db'}")
+    parsed = [[NewEvent(**event) for event in batch] for batch in batches]
+    started = time.perf_counter()
+    for batch in parsed:
+        with db.begin() as conn:
+            store_events(conn, batch)
+    elapsed = time.perf_counter() - started
+    db.dispose()
+    return sum(len(b) for b in parsed) / elapsed
+
+
+def run_ingest(
+    dataset: Path | None = None,
+    limit: int | None = None,
+    batch_size: int = HTTP_BATCH,
+    clients: int = 4,
+) -> dict[str, Any]:
+    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    with tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp:
+        workdir = Path(tmp)
+        figures: dict[str, Any] = {"events": len(stream), "http_clients": clients}
+        figures.update(_kafka(stream, workdir))
+        figures.update(_http(stream, workdir, clients))
+    figures["http_batch"] = HTTP_BATCH
+    return figures

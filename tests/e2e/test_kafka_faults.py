@@ -1,0 +1,103 @@
+"""Kafka ingestion survives crashes of the consumer and of the broker (real processes)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from service.kafka.broker import EmbeddedBroker
+from service.launcher import ServerProcess, free_port
+from service.store import Database
+from service.store.events import count_events
+from service.store.offsets import load_offsets
+from tests.support.kafka import events, produce
+
+pytestmark = pytest.mark.slow
+
+TOTAL = 20_000
+
+
+def _wait_for(condition: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
+
+
+def _start_consumer(bootstrap: str, data_dir: Path, log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "service", "consume", "--kafka-bootstrap", bootstrap]
+    command += ["--data-dir", str(data_dir)]
+    return subprocess.Popen(command, stdout=log.open("ab"), stderr=subprocess.STDOUT)
+
+
+def test_kill_9_of_the_consumer_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    db = Database(f"sqlite:///{data_dir / 'driftline.db'}")
+
+    def stored() -> int:
+        with db.connect() as conn:
+            return count_events(conn)
+
+    with EmbeddedBroker(port=free_port(), partitions=3) as broker:
+        producer = threading.Thread(
+            target=lambda: [
+                produce(broker.bootstrap, "events", events(i, i + 2_000), key=None)
+                for i in range(0, TOTAL, 2_000)
+            ]
+        )
+        producer.start()
+        log = tmp_path / "consumer.log"
+        consumer = _start_consumer(broker.bootstrap, data_dir, log)
+        try:
+            _wait_for(lambda: stored() > 3_000, 120, "the consumer to store events")
+            consumer.kill()  # SIGKILL, mid-stream
+            consumer.wait()
+            killed_at = stored()
+            assert killed_at < TOTAL
+            producer.join()
+            consumer = _start_consumer(broker.bootstrap, data_dir, log)
+            _wait_for(lambda: stored() >= TOTAL, 120, "the restarted consumer to catch up")
+            time.sleep(1.0)  # anything read twice would show up now
+        finally:
+            consumer.terminate()
+            consumer.wait(timeout=30)
+        assert stored() == TOTAL
+        with db.connect() as conn:
+            assert sum(load_offsets(conn, "events").values()) == TOTAL
+
+
+def test_the_service_reconnects_after_a_broker_restart_and_catches_up(tmp_path: Path) -> None:
+    port = free_port()
+    broker = EmbeddedBroker(port=port, partitions=2).start()
+    env = {"DRIFTLINE_KAFKA_BOOTSTRAP": broker.bootstrap, "DRIFTLINE_RETRAIN_ENABLED": "false"}
+    server = ServerProcess(tmp_path / "data", env=env).start()
+    try:
+        with httpx.Client(base_url=server.url, timeout=30) as http:
+
+            def stored() -> int:
+                return http.get("/healthz").json()["events_stored"]
+
+            produce(broker.bootstrap, "events", events(0, 500), key=None)
+            _wait_for(lambda: stored() == 500, 60, "the first 500 events")
+            kafka = http.get("/healthz").json()["kafka"]
+            assert kafka["connected"] and sum(kafka["lag"].values()) == 0
+            assert "driftline_consumer_lag" in http.get("/metrics").text
+
+            broker.stop()
+            _wait_for(
+                lambda: "reconnecting" in server.log_path.read_text(), 60, "a reconnect log line"
+            )
+            broker = EmbeddedBroker(port=port, partitions=2).start()  # empty in-memory log
+            produce(broker.bootstrap, "events", events(500, 800), key=None)
+            _wait_for(lambda: stored() == 800, 90, "the events sent after the restart")
+            assert "topic was recreated" in server.log_path.read_text()
+    finally:
+        server.stop()
+        broker.stop()
