@@ -3,7 +3,9 @@
 * Kafka: a real embedded broker holds ``events`` messages; the service's consumer reads
   them into the store through the full pipeline (validation, the durable write with its
   offsets, prequential evaluation). ``kafka_events_per_s`` is messages / seconds from the
-  consumer's start until the last one is durable. Beside it, in the same run: a bare
+  consumer's start until the last one is durable, with one consumer;
+  ``kafka_2_replicas_events_per_s`` the same with two ``driftline consume`` processes
+  splitting the partitions (one per core). Beside them, in the same run: a bare
   kafka-python loop that only reads the same messages (the client's ceiling).
 * HTTP: a real ``driftline serve`` process; ``clients`` threads post batches of 500 at
   once. ``http_events_per_s`` is events / wall seconds, ``http_p99_ms`` the 99th
@@ -15,6 +17,9 @@ Retraining is switched off so the figures are about ingestion alone.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -68,10 +73,54 @@ def _read_only(bootstrap: str, total: int) -> float:
     return elapsed
 
 
+def _stored(db: Database) -> int:
+    with db.connect() as conn:
+        return count_events(conn)
+
+
+def _kafka_replicas(bootstrap: str, total: int, workdir: Path, replicas: int) -> float:
+    """Events/s of ``replicas`` ``driftline consume`` processes sharing one store.
+
+    Timed from the moment every replica has its partitions, counting only what was
+    stored after that moment, so process start-up is not part of the figure.
+    """
+    data_dir = workdir / f"replicas-{replicas}"
+    data_dir.mkdir(parents=True)
+    env = {**os.environ, "DRIFTLINE_RETRAIN_ENABLED": "false"}
+    logs = [data_dir / f"consumer-{i}.log" for i in range(replicas)]
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-m", "service", "consume", "--kafka-bootstrap", bootstrap]
+            + ["--replica", str(i), "--replicas", str(replicas), "--data-dir", str(data_dir)],
+            stdout=log.open("wb"),
+            stderr=subprocess.STDOUT,
+            env=env,
+        )
+        for i, log in enumerate(logs)
+    ]
+    try:
+        while not all(log.exists() and "consuming" in log.read_text() for log in logs):
+            if any(p.poll() is not None for p in processes):
+                raise RuntimeError(f"a consumer replica exited; see {data_dir}")
+            time.sleep(0.01)
+        db = Database(f"sqlite:///{data_dir / 'driftline.db'}")
+        started, already = time.perf_counter(), _stored(db)
+        while (stored := _stored(db)) < total:
+            time.sleep(0.02)
+        elapsed = time.perf_counter() - started
+        db.dispose()
+    finally:
+        for process in processes:
+            process.terminate()
+            process.wait(timeout=30)
+    return (stored - already) / elapsed
+
+
 def _kafka(stream: RatingStream, workdir: Path) -> dict[str, float]:
     with EmbeddedBroker(port=free_port(), partitions=4) as broker:
         _fill_topic(broker.bootstrap, stream)
         bare = _read_only(broker.bootstrap, len(stream))
+        two = _kafka_replicas(broker.bootstrap, len(stream), workdir, replicas=2)
         settings = Settings(data_dir=workdir / "kafka", retrain_enabled=False)
         pipeline = build_pipeline(settings, background_retrain=False)
         consumer = EventConsumer(pipeline, broker.bootstrap, "events")
@@ -90,6 +139,7 @@ def _kafka(stream: RatingStream, workdir: Path) -> dict[str, float]:
         raise RuntimeError(f"kafka run stored {stored} of {len(stream)} events")
     return {
         "kafka_events_per_s": len(stream) / elapsed,
+        "kafka_2_replicas_events_per_s": two,
         "kafka_read_only_events_per_s": len(stream) / bare,
     }
 

@@ -62,3 +62,21 @@ def test_demo_through_kafka_stores_every_event() -> None:
     assert result.returncode == 0, result.stdout + result.stderr
     assert "Kafka-protocol broker" in result.stdout
     assert "2,000" in result.stdout and "RMSE Driftline" in result.stdout
+
+
+@pytest.mark.slow
+def test_bench_ingest_measures_kafka_and_http(tmp_path: Path) -> None:
+    dataset = _write_tsv(tmp_path / "ratings.tsv", 3_000)
+    result = _driftline("bench", "ingest", "--json", "--dataset", str(dataset))
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    assert figures["events"] == 3_000
+    for key in (
+        "kafka_events_per_s",
+        "kafka_2_replicas_events_per_s",
+        "kafka_read_only_events_per_s",
+        "http_events_per_s",
+        "store_only_events_per_s",
+    ):
+        assert figures[key] > 0, figures
+    assert 0 < figures["http_p50_ms"] <= figures["http_p99_ms"]
