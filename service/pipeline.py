@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from drift import DriftAlert, DriftMonitor, Heartbeat, HeartbeatAggregator, PrequentialTracker
 from functions.artifacts import ArtifactError
@@ -135,7 +136,12 @@ class Pipeline:
             alerts = self._evaluate_and_learn(outcome.stored)
         self.metrics.events_ingested.inc(outcome.accepted)
         self.metrics.events_duplicate.inc(outcome.duplicates)
-        self._trigger(alerts)
+        try:
+            self._trigger(alerts)
+        except SQLAlchemyError:
+            # The batch is committed; answering with an error would invite a retry of
+            # data already stored. The next alert or progress check triggers again.
+            log.exception("could not start a retraining job; the ingested batch is stored")
         return outcome
 
     def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> list[int]:
@@ -182,7 +188,11 @@ class Pipeline:
                 alerts.append(alert)
         if not alerts:
             return []
-        return self.flush(alerts)
+        try:
+            return self.flush(alerts)
+        except SQLAlchemyError:
+            log.exception("could not store %d drift alert(s) after a committed batch", len(alerts))
+            return []
 
     def flush(self, alerts: Sequence[DriftAlert] = ()) -> list[int]:
         """Write heartbeats not yet saved, and ``alerts``; returns the alerts' ids."""

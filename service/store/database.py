@@ -14,6 +14,7 @@ points; ``?options=-csearch_path%3Dname`` in a psycopg URL selects a schema.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -68,13 +69,26 @@ def is_unavailable(exc: BaseException) -> bool:
     return isinstance(exc, DBAPIError) and exc.connection_invalidated
 
 
-def upgrade_schema(engine: Engine) -> None:
-    """Bring the schema to the newest Alembic revision (idempotent)."""
+def upgrade_schema(engine: Engine, attempts: int = 5) -> None:
+    """Bring the schema to the newest Alembic revision (idempotent).
+
+    Several processes may start on one fresh database at once (consumer replicas, a
+    server beside them). Each migration runs in one transaction, so the loser of such a
+    race rolls back whole; it then tries again and finds the schema already at head.
+    """
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
-    with engine.begin() as connection:
-        config.attributes["connection"] = connection
-        command.upgrade(config, "head")
+    for attempt in range(1, attempts + 1):
+        try:
+            with engine.begin() as connection:
+                config.attributes["connection"] = connection
+                command.upgrade(config, "head")
+            return
+        except DBAPIError:
+            if attempt == attempts:
+                raise
+            log.info("schema upgrade raced another process; retrying (%d)", attempt)
+            time.sleep(0.2 * attempt)
 
 
 class Database:
