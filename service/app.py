@@ -52,6 +52,15 @@ def consumer_for(pipeline: Pipeline) -> EventConsumer:
     )
 
 
+def _follow_registry(pipeline: Pipeline, every: float, stop: threading.Event) -> None:
+    """Swap in versions other processes publish, until ``stop`` is set."""
+    while not stop.wait(every):
+        try:
+            pipeline.follow_registry()
+        except Exception:  # a failed look must not end the loop; the next one may work
+            log.exception("could not check the model registry for new versions")
+
+
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -59,7 +68,16 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.settings = settings
         app.state.pipeline = pipeline
         app.state.consumer = start_consumer(pipeline) if settings.kafka_bootstrap else None
+        stop_following = threading.Event()
+        if settings.registry_poll_seconds:
+            threading.Thread(
+                target=_follow_registry,
+                args=(pipeline, settings.registry_poll_seconds, stop_following),
+                name="registry-follower",
+                daemon=True,
+            ).start()
         yield
+        stop_following.set()
         if app.state.consumer is not None:
             app.state.consumer.stop()
             app.state.consumer_thread.join(timeout=30)

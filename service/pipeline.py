@@ -285,6 +285,19 @@ class Pipeline:
         self.swap(loaded)
         return True
 
+    def follow_registry(self) -> bool:
+        """Serve the registry's newest version if another process published it.
+
+        Consumer replicas and servers that share a database also share versions: a
+        version published anywhere is picked up here. Returns whether it swapped.
+        """
+        versions = self.registry.versions()
+        if not versions or versions[0]["version"] == self.serving.version:
+            return False
+        if self.current is not None and versions[0]["created_at"] <= self.current.row["created_at"]:
+            return False
+        return self.swap_to(versions[0]["version"])
+
     def _serving_for(self, loaded: LoadedVersion | None) -> ServingModel:
         return ServingModel(
             loaded.model if loaded else None,

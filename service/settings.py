@@ -71,6 +71,9 @@ class Settings(BaseSettings):
     fold_in_forgetting: float = Field(0.95, gt=0, le=1)
     fold_in_replay_events: int = Field(50_000, ge=0)
     popular_window: int = Field(5_000, ge=1)
+    registry_poll_seconds: float | None = Field(
+        10.0, gt=0, description="How often to look for versions other processes published."
+    )
 
     @model_validator(mode="after")
     def _check_ranges(self) -> Self:

@@ -296,3 +296,16 @@ def test_a_restart_counts_labelled_events_past_the_last_heartbeat(
     assert first.labelled_seen == 170
     restarted = make_pipeline()
     assert restarted.labelled_seen == 170
+
+
+def test_a_second_process_follows_versions_published_by_another(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+) -> None:
+    follower = make_pipeline()  # shares the database and object store
+    assert follower.serving.version == "v0001"
+    assert follower.follow_registry() is False  # nothing newer yet
+    served.retrainer.request("manual")
+    assert served.serving.version == "v0002"
+    assert follower.follow_registry() is True
+    assert follower.serving.version == "v0002"
+    assert follower.follow_registry() is False
