@@ -1,7 +1,8 @@
-"""Model math, artifacts and the object store shared by the service and the workers.
+"""Model math, artifacts, the object store, the worker handler and its runtimes.
 
-Everything here imports only numpy and the standard library (boto3 for S3 later), never
-`service`, `retrain` or `configurator`, so the package zips into a Lambda deployment.
+Everything here imports only numpy, the standard library and boto3 (for ``s3://``
+stores), never `service`, `retrain` or `configurator`, so the package zips into a Lambda
+deployment (``driftline package-function``).
 """
 
 from functions.artifacts import (

@@ -4,11 +4,15 @@ The serving process, the retraining coordinator and its short-lived workers shar
 memory and no database connection; they exchange model versions (and, with distributed
 training, data shards and updates) through an object store. :class:`ObjectStore` is the
 small interface all of them program against; :class:`FileObjectStore` implements it on a
-local directory (the embedded default and the test double), and an S3 implementation
-will join through :func:`register_object_store` without changes to the callers.
+local directory (the embedded default and the test double), and
+:class:`functions.s3.S3ObjectStore` on an S3 bucket (``s3://bucket/prefix``; boto3 is
+imported only when such a store is opened). Further schemes join through
+:func:`register_object_store` without changes to the callers.
 
 Keys are '/'-separated relative paths, as in S3 (``models/v3/model.npz``). Writes are
 atomic: a reader sees the previous object or the complete new one, never a part.
+Every store applies the same key rule (:func:`validate_key`), so keys are portable; on
+S3 a store's keys live under its prefix (key ``k`` of ``s3://bucket/p`` is object ``p/k``).
 
 Key layout
 ----------
@@ -18,10 +22,23 @@ Key layout
     part of it in the key means two publishers racing for one version name write
     different objects instead of overwriting each other.
 
-Planned, not written by any code yet (they arrive with distributed retraining, design §4):
-``shards/<job>/...`` (a job's data window split per worker), ``snapshots/<job>/...``
-(the model φ_t each epoch's workers pull), ``deltas/<job>/...`` (the workers' updates) and
-``checkpoints/<job>/...`` (the coordinator's per-epoch state, so a crash resumes).
+Distributed retraining (design §4) adds, per job (:mod:`functions.shards` builds the keys
+and reads and writes the objects; a worker is told its keys in its event, so these are
+conventions of the coordinator, not rules of the store):
+
+``snapshots/<job>/<epoch:06d>.npz``
+    The model φ_t the epoch's workers pull: a :func:`functions.artifacts.model_to_bytes`
+    artifact.
+``shards/<job>/<worker:05d>-of-<workers:05d>.npz``
+    Worker `worker`'s part of the job's data window split `workers` ways (the number of
+    workers may change between epochs): ``users``, ``items`` (int64 rows of the snapshot
+    model) and ``ratings`` (float64); :func:`functions.shards.write_shard`.
+``deltas/<job>/<epoch:06d>/<worker:05d>.npz``
+    A worker's update in an epoch, ``trained - snapshot`` on the rows its shard touched,
+    written by :func:`functions.handler.handler` (layout in :mod:`functions.shards`).
+
+Planned, not written by any code yet: ``checkpoints/<job>/...`` (the coordinator's
+per-epoch state, so a crash resumes).
 """
 
 from __future__ import annotations
@@ -43,6 +60,7 @@ __all__ = [
     "open_object_store",
     "register_object_store",
     "validate_key",
+    "validate_prefix",
 ]
 
 MODELS_PREFIX = "models/"
@@ -127,8 +145,8 @@ class FileObjectStore(ObjectStore):
     `put` writes a temporary file in the target directory, fsyncs it, renames it over
     the target with ``os.replace`` (atomic on POSIX and Windows) and fsyncs the
     directory, so that after `put` returns the object survives a crash, and a
-    concurrent reader sees the old or the new object, never a part. Like S3 objects,
-    keys do not nest: ``a`` and ``a/b`` cannot both exist here (a ValueError says so).
+    concurrent reader sees the old or the new object, never a part. Unlike S3 objects,
+    keys do not nest here: ``a`` and ``a/b`` cannot both exist (a ValueError says so).
     New files are readable by the owner only (``tempfile.mkstemp``'s 0600).
 
     Parameters
@@ -196,7 +214,7 @@ class FileObjectStore(ObjectStore):
             path.unlink()
 
     def list(self, prefix: str = "") -> list[str]:
-        _check_prefix(prefix)
+        validate_prefix(prefix)
         directory, _, _ = prefix.rpartition("/")
         base = self._root.joinpath(*directory.split("/")) if directory else self._root
         keys: list[str] = []
@@ -213,11 +231,18 @@ class FileObjectStore(ObjectStore):
         return sorted(keys)
 
 
-def _check_prefix(prefix: str) -> None:
+def validate_prefix(prefix: str) -> str:
+    """Return `prefix` if :meth:`ObjectStore.list` may take it, else raise ValueError.
+
+    A list prefix is a plain string prefix ("" lists everything, "models/v1" matches
+    "models/v10/..." too), but like a key it must be relative, without backslashes, NUL
+    or '..' components.
+    """
     if not isinstance(prefix, str):
         raise ValueError(f"prefix must be a string, got {prefix!r}")
     if prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or ".." in prefix.split("/"):
         raise ValueError(f"prefix {prefix!r} must be relative, without backslashes or '..'")
+    return prefix
 
 
 def _could_match(directory: str, prefix: str) -> bool:
@@ -255,7 +280,14 @@ def _open_file_url(url: str) -> ObjectStore:
     return FileObjectStore(path)
 
 
-_FACTORIES: dict[str, ObjectStoreFactory] = {"file": _open_file_url}
+def _open_s3_url(url: str) -> ObjectStore:
+    # Imported here so that file:// stores (and a package without boto3) never load boto3.
+    from functions.s3 import S3ObjectStore
+
+    return S3ObjectStore.from_url(url)
+
+
+_FACTORIES: dict[str, ObjectStoreFactory] = {"file": _open_file_url, "s3": _open_s3_url}
 
 
 def register_object_store(scheme: str, factory: ObjectStoreFactory) -> None:
@@ -269,7 +301,9 @@ def register_object_store(scheme: str, factory: ObjectStoreFactory) -> None:
 
 
 def open_object_store(url: str) -> ObjectStore:
-    """The object store a URL names: ``file:///abs/path`` or a plain directory path.
+    """The object store a URL names: ``file:///abs/path``, a plain directory path, or
+    ``s3://bucket/prefix`` (:class:`functions.s3.S3ObjectStore`; its endpoint comes from
+    ``DRIFTLINE_S3_ENDPOINT_URL`` or boto3's configuration, see :mod:`functions.s3`).
 
     Other schemes are served by factories added with :func:`register_object_store`.
 

@@ -222,5 +222,20 @@ def replay(
         typer.echo(json.dumps(summary.as_dict(), sort_keys=True))
 
 
+@app.command("package-function")
+def package_function(
+    output: Annotated[Path, typer.Option(help="Zip file to write.")] = Path(
+        "dist/driftline-worker.zip"
+    ),
+) -> None:
+    """Build the AWS Lambda zip of the retraining worker (handler lambda_function.handler)."""
+    from service.packaging import build_worker_zip
+
+    info = build_worker_zip(output)
+    typer.echo(f"wrote {info.path} ({info.size:,} bytes, {len(info.entries)} files)")
+    typer.echo(f"handler {info.handler}; numpy is not included: add a numpy layer")
+    typer.echo(f"sha256 {info.sha256}")
+
+
 if __name__ == "__main__":
     app()

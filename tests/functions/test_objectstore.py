@@ -1,10 +1,14 @@
-"""Object stores: the conformance every store passes, and the file store's specifics."""
+"""Object stores: the conformance every store passes, and the file store's specifics.
+
+The conformance test runs on the file store (opened three ways) and on S3 (moto's server;
+the S3 specifics are in ``test_s3.py``).
+"""
 
 from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -18,17 +22,37 @@ from functions.objectstore import (
     register_object_store,
     validate_key,
 )
+from functions.s3 import S3ObjectStore
+from tests.functions.test_s3 import fake_aws, fresh_bucket_name, moto_s3_server
 
-STORES: dict[str, Callable[[Path], ObjectStore]] = {
-    "file-class": lambda root: FileObjectStore(root),
-    "plain-path": lambda root: open_object_store(str(root)),
-    "file-url": lambda root: open_object_store(root.as_uri()),
+
+def s3_store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
+    """A store under a prefix of a fresh bucket on the module's moto S3 server."""
+    endpoint = request.getfixturevalue("s3_endpoint")
+    fake_aws(request.getfixturevalue("monkeypatch"), endpoint)  # endpoint from the environment
+    bucket = fresh_bucket_name()
+    S3ObjectStore(bucket, create_bucket=True)
+    return open_object_store(f"s3://{bucket}/conformance/run")
+
+
+STORES: dict[str, Callable[[pytest.FixtureRequest, Path], ObjectStore]] = {
+    "file-class": lambda request, tmp: FileObjectStore(tmp / "store"),
+    "plain-path": lambda request, tmp: open_object_store(str(tmp / "store")),
+    "file-url": lambda request, tmp: open_object_store((tmp / "store").as_uri()),
+    "s3": s3_store,
 }
+
+
+@pytest.fixture(scope="module")
+def s3_endpoint() -> Iterator[str]:
+    """moto's S3 server, started once for this module (only if an s3 test runs)."""
+    with moto_s3_server() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(params=list(STORES), ids=list(STORES))
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> ObjectStore:
-    return STORES[request.param](tmp_path / "store")
+    return STORES[request.param](request, tmp_path)
 
 
 def test_store_conformance(store: ObjectStore) -> None:
@@ -161,8 +185,8 @@ def test_url_round_trips(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("url", "match"),
     [
-        ("s3://bucket/prefix", "'s3'.*file://"),
-        ("gs://bucket", "'gs'"),
+        ("gs://bucket/prefix", "'gs'.*supported: file://, s3://"),
+        ("s3://", "bucket"),
         ("file://remote-host/path", "absolute"),
         ("", "non-empty"),
     ],

@@ -1,0 +1,125 @@
+"""The AWS Lambda deployment package of the retraining worker.
+
+``driftline package-function`` zips the ``functions/`` package (its ``.py`` files and the
+price file ``prices.json`` the meter reads; no tests, no ``__pycache__``) with a
+top-level ``lambda_function.py`` that exposes :func:`functions.handler.handler`, so the
+function's handler setting is ``lambda_function.handler``.
+
+The zip is deterministic: entries are sorted, every entry has the same timestamp
+(1980-01-01, the earliest a zip can hold), permissions and compression level, so the same
+source gives the same bytes and the same SHA-256 (with the same zlib), and a deployment
+can be checked against a build.
+
+numpy is not in the zip. The Lambda Python runtime includes boto3 but not numpy, so the
+function needs a layer that provides it, e.g. AWS's managed "AWS SDK for pandas" layer
+(``AWSSDKPandas-Python311``, which ships numpy), or a layer built from a numpy wheel for
+the function's architecture (``manylinux2014_x86_64`` or ``_aarch64``, cp311).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+
+import functions
+
+__all__ = [
+    "DEFAULT_OUTPUT",
+    "HANDLER",
+    "PackageInfo",
+    "build_worker_zip",
+    "worker_zip_bytes",
+    "worker_zip_entries",
+]
+
+#: Where ``driftline package-function`` writes the zip unless told otherwise.
+DEFAULT_OUTPUT = Path("dist/driftline-worker.zip")
+
+#: The Lambda handler setting for the package.
+HANDLER = "lambda_function.handler"
+
+LAMBDA_FUNCTION_SOURCE = '''\
+"""AWS Lambda entry point of the Driftline retraining worker.
+
+Set the function's handler to ``lambda_function.handler``; the function needs numpy
+from a layer (see ``service/packaging.py`` in the Driftline repository).
+"""
+
+from functions.handler import handler
+
+__all__ = ["handler"]
+'''
+
+_TIMESTAMP = (1980, 1, 1, 0, 0, 0)
+_FILE_MODE = 0o100644  # a regular file, rw-r--r--
+_COMPRESS_LEVEL = 9
+
+
+@dataclass(frozen=True)
+class PackageInfo:
+    """A built package: where it is, its size, checksum and entries."""
+
+    path: Path
+    size: int
+    sha256: str
+    entries: tuple[str, ...]
+    handler: str = HANDLER
+
+
+#: Non-code files the package needs at run time.
+_DATA_FILES = ("prices.json",)
+
+
+def _is_packaged(relative: Path) -> bool:
+    parts = relative.parts
+    if "__pycache__" in parts:
+        return False
+    if relative.suffix != ".py":
+        return relative.as_posix() in _DATA_FILES
+    if any(part in ("tests", "test") for part in parts[:-1]):
+        return False
+    name = parts[-1]
+    return not (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py")
+
+
+def worker_zip_entries(package_dir: Path | None = None) -> dict[str, bytes]:
+    """Archive name → bytes of every entry of the package, in archive order."""
+    root = Path(functions.__file__).parent if package_dir is None else Path(package_dir)
+    entries: dict[str, bytes] = {}
+    for path in root.rglob("*"):
+        relative = path.relative_to(root)
+        if path.is_file() and _is_packaged(relative):
+            entries[f"{root.name}/{relative.as_posix()}"] = path.read_bytes()
+    if f"{root.name}/handler.py" not in entries:
+        raise FileNotFoundError(f"{root} has no handler.py; is it the functions package?")
+    entries["lambda_function.py"] = LAMBDA_FUNCTION_SOURCE.encode()
+    return {name: entries[name] for name in sorted(entries)}
+
+
+def worker_zip_bytes(package_dir: Path | None = None) -> bytes:
+    """The deployment zip, as bytes; identical for identical sources."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        for name, data in worker_zip_entries(package_dir).items():
+            info = zipfile.ZipInfo(name, date_time=_TIMESTAMP)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            info.create_system = 3  # Unix, so that external_attr holds the file mode
+            info.external_attr = _FILE_MODE << 16
+            archive.writestr(info, data, compresslevel=_COMPRESS_LEVEL)
+    return buffer.getvalue()
+
+
+def build_worker_zip(output: Path | str = DEFAULT_OUTPUT) -> PackageInfo:
+    """Write the deployment zip to `output` (parents created) and describe it."""
+    data = worker_zip_bytes()
+    path = Path(output)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(data)
+    with zipfile.ZipFile(io.BytesIO(data)) as archive:
+        names = tuple(archive.namelist())
+    return PackageInfo(
+        path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), entries=names
+    )

@@ -1,0 +1,147 @@
+"""The Lambda package: deterministic, and self-sufficient next to numpy and boto3."""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+from typer.testing import CliRunner
+
+from functions.artifacts import model_to_bytes
+from functions.handler import handler
+from functions.mf import BiasedMF
+from functions.objectstore import FileObjectStore
+from functions.shards import delta_key, shard_key, snapshot_key, write_shard
+from service.cli import app
+from service.packaging import build_worker_zip, worker_zip_bytes
+from tests.support.synthetic import stationary_stream
+
+# What the Lambda Python runtime provides besides the standard library (boto3 and its
+# dependencies), plus numpy, which the function gets from a layer.
+PROVIDED = ("numpy", "boto3", "botocore", "jmespath", "dateutil", "s3transfer", "urllib3", "six")
+
+# Runs in a bare interpreter: no site-packages, only the zip and PROVIDED on sys.path.
+WORKER_SCRIPT = """
+import importlib, importlib.util, json, sys, zipfile
+zip_path, event = sys.argv[1], json.loads(sys.argv[2])
+for absent in ("service", "retrain", "configurator", "drift", "river", "sqlalchemy", "tests"):
+    assert importlib.util.find_spec(absent) is None, f"{absent} is importable"
+import lambda_function
+import functions
+assert functions.__file__.startswith(zip_path), functions.__file__
+# Every module of the package imports with what Lambda provides (but the GPU worker,
+# which may use torch and does not run on Lambda).
+for name in zipfile.ZipFile(zip_path).namelist():
+    if name.startswith("functions/") and name.endswith(".py") and "gpu" not in name:
+        module = name[: -len(".py")].replace("/", ".").removesuffix(".__init__")
+        importlib.import_module(module)
+print(json.dumps(lambda_function.handler(event, None)))
+"""
+
+
+def _provided_packages(directory: Path) -> Path:
+    """`directory` with a symlink to each installed PROVIDED package (and numpy.libs)."""
+    directory.mkdir()
+    for name in PROVIDED:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            assert name != "numpy"
+            continue
+        path = Path(module.__file__)
+        target = path.parent if path.name == "__init__.py" else path
+        (directory / target.name).symlink_to(target)
+        if name == "numpy" and (target.parent / "numpy.libs").is_dir():
+            (directory / "numpy.libs").symlink_to(target.parent / "numpy.libs")
+    return directory
+
+
+def _tiny_problem(root: Path) -> dict:
+    events = stationary_stream(n_users=15, n_items=20, n_events=300, factors=2, seed=4)
+    users = [e["user_id"] for e in events]
+    items = [e["item_id"] for e in events]
+    ratings = np.array([e["rating"] for e in events])
+    model = BiasedMF(factors=3, seed=1)
+    model.fit(users, items, ratings, epochs=1, batch_size=64)
+    store = FileObjectStore(root)
+    store.put(snapshot_key("pkg", 0), model_to_bytes(model))
+    shard = shard_key("pkg", 0, 1)
+    write_shard(store, shard, model.encode_users(users), model.encode_items(items), ratings)
+    return {
+        "store_url": store.url,
+        "job_id": "pkg",
+        "epoch": 0,
+        "worker": 0,
+        "snapshot_key": snapshot_key("pkg", 0),
+        "shard_key": shard,
+        "delta_key": delta_key("pkg", 0, 0),
+        "batch_size": 32,
+        "learning_rate": 0.05,
+        "regularization": 0.02,
+        "local_epochs": 2,
+        "seed": 3,
+    }
+
+
+def test_the_zip_is_deterministic_and_holds_only_the_worker(tmp_path: Path) -> None:
+    first = build_worker_zip(tmp_path / "a" / "worker.zip")
+    second = build_worker_zip(tmp_path / "b" / "worker.zip")
+    data = first.path.read_bytes()
+    assert data == second.path.read_bytes() == worker_zip_bytes()
+    assert first.sha256 == second.sha256 and first.size == len(data)
+
+    with zipfile.ZipFile(first.path) as archive:
+        infos = archive.infolist()
+        assert archive.testzip() is None
+        source = archive.read("lambda_function.py").decode()
+    names = [info.filename for info in infos]
+    assert names == sorted(names) and names == list(first.entries)
+    assert "lambda_function.py" in names and "functions/handler.py" in names
+    assert "functions/__init__.py" in names and "functions/mf.py" in names
+    assert all(name.endswith(".py") for name in names if name != "functions/prices.json")
+    assert "functions/prices.json" in names  # the meter's prices travel with the code
+    assert not any("__pycache__" in name or "/test" in name for name in names)
+    assert {info.date_time for info in infos} == {(1980, 1, 1, 0, 0, 0)}
+    assert "from functions.handler import handler" in source
+    assert first.handler == "lambda_function.handler"
+
+
+def test_the_zip_runs_the_worker_with_only_numpy_and_boto3(tmp_path: Path) -> None:
+    package = build_worker_zip(tmp_path / "worker.zip").path
+    provided = _provided_packages(tmp_path / "provided")
+    event = _tiny_problem(tmp_path / "store")
+
+    result = subprocess.run(
+        # -P: no script directory on sys.path, -S: no site-packages, -s: no user site.
+        # (-I would also ignore PYTHONPATH.) The environment holds nothing else.
+        [sys.executable, "-P", "-S", "-s", "-c", WORKER_SCRIPT, str(package), json.dumps(event)],
+        env={"PYTHONPATH": os.pathsep.join([str(package), str(provided)])},
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    assert remote["loss_after"] < remote["loss_before"] and remote["samples"] == 300
+
+    # The same event run here writes the same delta, byte for byte.
+    local = handler(dict(event, delta_key="deltas/pkg/000000/local.npz"), None)
+    assert local["delta_sha256"] == remote["delta_sha256"]
+
+
+def test_package_function_command(tmp_path: Path) -> None:
+    output = tmp_path / "dist" / "worker.zip"
+    result = CliRunner().invoke(app, ["package-function", "--output", str(output)])
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    assert last == f"sha256 {build_worker_zip(tmp_path / 'again.zip').sha256}"
+    assert output.read_bytes() == worker_zip_bytes()
+    assert "lambda_function.handler" in result.output
