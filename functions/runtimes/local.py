@@ -64,9 +64,12 @@ def _container_main(conn: Connection, handler_path: str) -> None:
         message = conn.recv()
         if message is None:
             return
-        request_id, payload, memory_mb, deadline = message
+        request_id, payload, memory_mb, deadline, slowdown = message
         try:
+            started = time.perf_counter()
             result = handler(payload, _Context(request_id, memory_mb, deadline))
+            if slowdown > 1.0:  # an injected straggler: a slow instance, billed as such
+                time.sleep((slowdown - 1.0) * (time.perf_counter() - started))
             conn.send((OK, result))
         except MemoryError as exc:
             conn.send((OUT_OF_MEMORY, f"MemoryError: {exc}"))
@@ -124,6 +127,9 @@ class LocalRuntime(Runtime):
         ``module:function`` each container imports.
     prices
         The meter; Lambda's x86 prices by default.
+    slowdown
+        Straggler injection for experiments: called once per invocation, returns the
+        factor by which that invocation runs slower (1.0: normal speed).
     """
 
     name = "local"
@@ -133,8 +139,10 @@ class LocalRuntime(Runtime):
         concurrency: int | None = None,
         handler: str = DEFAULT_HANDLER,
         prices: LambdaPrices | None = None,
+        slowdown: Callable[[], float] | None = None,
     ) -> None:
         self.concurrency = concurrency or os.cpu_count() or 1
+        self.slowdown = slowdown
         self.handler = handler
         self.prices = prices or lambda_prices()
         self.records: list[InvocationRecord] = []
@@ -160,7 +168,10 @@ class LocalRuntime(Runtime):
         container, record.cold_start = self._container(record.memory_mb)
         started = time.perf_counter()
         deadline = time.time() + timeout_s
-        container.conn.send((record.request_id, payload, record.memory_mb, deadline))
+        factor = self.slowdown() if self.slowdown is not None else 1.0
+        record.labels["slowdown"] = factor
+        message = (record.request_id, payload, record.memory_mb, deadline, factor)
+        container.conn.send(message)
         status, detail, peak = self._wait(container, record.memory_mb, started + timeout_s)
         record.duration_s = time.perf_counter() - started
         record.peak_rss_mb = peak

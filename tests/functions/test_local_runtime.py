@@ -102,3 +102,15 @@ def test_bad_configurations_are_refused_with_their_limits() -> None:
             local.submit({}, memory_mb=256, timeout_s=901)
     with pytest.raises(ValueError, match="unknown runtime"):
         open_runtime("mainframe")
+
+
+def test_injected_stragglers_run_and_bill_slower() -> None:
+    factors = iter([1.0, 4.0])
+    with LocalRuntime(
+        concurrency=1, handler=f"{WORKERS}:sleep", slowdown=lambda: next(factors)
+    ) as local:
+        normal = local.submit({"seconds": 0.3}, memory_mb=256, timeout_s=30).result()
+        slow = local.submit({"seconds": 0.3}, memory_mb=256, timeout_s=30).result()
+    assert normal.labels["slowdown"] == 1.0 and slow.labels["slowdown"] == 4.0
+    assert slow.duration_s >= 3 * normal.duration_s * 0.8
+    assert slow.cost_usd > normal.cost_usd
