@@ -80,3 +80,16 @@ def test_bench_ingest_measures_kafka_and_http(tmp_path: Path) -> None:
     ):
         assert figures[key] > 0, figures
     assert 0 < figures["http_p50_ms"] <= figures["http_p99_ms"]
+
+
+@pytest.mark.slow
+def test_bench_sync_compares_the_three_policies(tmp_path: Path) -> None:
+    dataset = _write_tsv(tmp_path / "ratings.tsv", 2_000)
+    result = _driftline("bench", "sync", "--json", "--dataset", str(dataset))
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout.strip().splitlines()[-1])
+    for policy in ("bsp", "asp", "selective"):
+        assert figures[f"{policy}_epochs"] >= 1
+        assert 0 < figures[f"{policy}_final_rmse"] < 2
+        assert figures[f"{policy}_cost_usd"] > 0
+    assert figures["bsp_time_to_target_s"] is not None  # BSP set the target itself
