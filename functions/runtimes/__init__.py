@@ -1,5 +1,6 @@
 """Function runtimes: where workers run (``local`` now; Lambda, GPU, simulation next)."""
 
+from functions.runtimes.aws import LambdaRuntime, parse_report
 from functions.runtimes.base import (
     ERROR,
     OK,
@@ -20,8 +21,10 @@ __all__ = [
     "RUNTIMES",
     "TIMEOUT",
     "InvocationRecord",
+    "LambdaRuntime",
     "LocalRuntime",
     "Runtime",
     "open_runtime",
+    "parse_report",
     "register_runtime",
 ]
