@@ -237,5 +237,32 @@ def package_function(
     typer.echo(f"sha256 {info.sha256}")
 
 
+@app.command("deploy-function")
+def deploy_function(
+    name: Annotated[str, typer.Option(help="Lambda function name.")] = "driftline-worker",
+    role: Annotated[
+        str | None, typer.Option(help="Execution role ARN (needed to create the function).")
+    ] = None,
+    memory: Annotated[int, typer.Option(help="Memory in MB (1,769 MB = one vCPU).")] = 1769,
+    timeout: Annotated[int, typer.Option(help="Time limit in seconds (at most 900).")] = 900,
+    layer: Annotated[
+        list[str] | None, typer.Option(help="Layer ARN, e.g. one that provides numpy.")
+    ] = None,
+) -> None:
+    """Create or update the retraining worker on AWS Lambda (credentials from boto3)."""
+    import boto3
+
+    from service.packaging import DeploySpec, deploy_worker
+
+    spec = DeploySpec(
+        name=name, role_arn=role, memory_mb=memory, timeout_s=timeout, layers=tuple(layer or ())
+    )
+    configuration = deploy_worker(boto3.client("lambda"), spec)
+    typer.echo(
+        f"{configuration.get('FunctionName', name)}: {configuration.get('MemorySize')} MB, "
+        f"{configuration.get('Timeout')} s, sha256 {configuration.get('CodeSha256', '?')}"
+    )
+
+
 if __name__ == "__main__":
     app()

@@ -23,6 +23,7 @@ import io
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import functions
 
@@ -123,3 +124,53 @@ def build_worker_zip(output: Path | str = DEFAULT_OUTPUT) -> PackageInfo:
     return PackageInfo(
         path=path, size=len(data), sha256=hashlib.sha256(data).hexdigest(), entries=names
     )
+
+
+@dataclass(frozen=True)
+class DeploySpec:
+    """How the worker function is configured on AWS Lambda."""
+
+    name: str = "driftline-worker"
+    role_arn: str | None = None
+    memory_mb: int = 1769
+    timeout_s: int = 900
+    layers: tuple[str, ...] = ()
+    runtime: str = "python3.11"
+
+    def __post_init__(self) -> None:
+        if not 128 <= self.memory_mb <= 10_240:
+            raise ValueError(f"memory_mb must be within 128..10240, got {self.memory_mb}")
+        if not 1 <= self.timeout_s <= 900:
+            raise ValueError(f"timeout_s must be within 1..900, got {self.timeout_s}")
+
+
+def deploy_worker(client: Any, spec: DeploySpec, code: bytes | None = None) -> dict[str, Any]:
+    """Create the worker function, or update its code and configuration; returns its
+    configuration as Lambda reports it.
+
+    Creating needs ``spec.role_arn`` (the execution role); updating keeps the role.
+    """
+    code = worker_zip_bytes() if code is None else code
+    settings = {
+        "MemorySize": spec.memory_mb,
+        "Timeout": spec.timeout_s,
+        "Layers": list(spec.layers),
+    }
+    try:
+        client.get_function(FunctionName=spec.name)
+    except client.exceptions.ResourceNotFoundException:
+        if not spec.role_arn:
+            raise ValueError(
+                f"function {spec.name!r} does not exist yet; creating it needs --role"
+            ) from None
+        return client.create_function(
+            FunctionName=spec.name,
+            Runtime=spec.runtime,
+            Role=spec.role_arn,
+            Handler=HANDLER,
+            Code={"ZipFile": code},
+            **settings,
+        )
+    client.update_function_code(FunctionName=spec.name, ZipFile=code)
+    client.get_waiter("function_updated").wait(FunctionName=spec.name)
+    return client.update_function_configuration(FunctionName=spec.name, **settings)

@@ -11,6 +11,7 @@ import zipfile
 from pathlib import Path
 
 import numpy as np
+import pytest
 from typer.testing import CliRunner
 
 from functions.artifacts import model_to_bytes
@@ -145,3 +146,79 @@ def test_package_function_command(tmp_path: Path) -> None:
     assert last == f"sha256 {build_worker_zip(tmp_path / 'again.zip').sha256}"
     assert output.read_bytes() == worker_zip_bytes()
     assert "lambda_function.handler" in result.output
+
+
+def _lambda_client(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-def]
+    import boto3
+
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "testing")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "testing")
+    return boto3.client("lambda", region_name="us-east-1")
+
+
+def test_deploy_creates_the_function_with_the_zip(monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.stub import Stubber
+
+    from service.packaging import HANDLER, DeploySpec, deploy_worker
+
+    client = _lambda_client(monkeypatch)
+    spec = DeploySpec(role_arn="arn:aws:iam::123456789012:role/worker", layers=("arn:layer:1",))
+    with Stubber(client) as stubber:
+        stubber.add_client_error("get_function", "ResourceNotFoundException", http_status_code=404)
+        stubber.add_response(
+            "create_function",
+            {"FunctionName": spec.name, "MemorySize": 1769, "Timeout": 900},
+            {
+                "FunctionName": spec.name,
+                "Runtime": "python3.11",
+                "Role": spec.role_arn,
+                "Handler": HANDLER,
+                "Code": {"ZipFile": b"zip-bytes"},
+                "MemorySize": 1769,
+                "Timeout": 900,
+                "Layers": ["arn:layer:1"],
+            },
+        )
+        configuration = deploy_worker(client, spec, code=b"zip-bytes")
+        stubber.assert_no_pending_responses()
+    assert configuration["MemorySize"] == 1769
+
+
+def test_deploy_updates_an_existing_function(monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.stub import Stubber
+
+    from service.packaging import DeploySpec, deploy_worker
+
+    client = _lambda_client(monkeypatch)
+    spec = DeploySpec(memory_mb=3008, timeout_s=600)
+    with Stubber(client) as stubber:
+        stubber.add_response("get_function", {}, {"FunctionName": spec.name})
+        stubber.add_response(
+            "update_function_code", {}, {"FunctionName": spec.name, "ZipFile": b"new"}
+        )
+        stubber.add_response(
+            "get_function_configuration",
+            {"State": "Active", "LastUpdateStatus": "Successful"},
+            {"FunctionName": spec.name},
+        )
+        stubber.add_response(
+            "update_function_configuration",
+            {"MemorySize": 3008, "Timeout": 600},
+            {"FunctionName": spec.name, "MemorySize": 3008, "Timeout": 600, "Layers": []},
+        )
+        assert deploy_worker(client, spec, code=b"new")["Timeout"] == 600
+        stubber.assert_no_pending_responses()
+
+
+def test_creating_without_a_role_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
+    from botocore.stub import Stubber
+
+    from service.packaging import DeploySpec, deploy_worker
+
+    client = _lambda_client(monkeypatch)
+    with Stubber(client) as stubber:
+        stubber.add_client_error("get_function", "ResourceNotFoundException", http_status_code=404)
+        with pytest.raises(ValueError, match="needs --role"):
+            deploy_worker(client, DeploySpec(), code=b"zip")
+    with pytest.raises(ValueError, match="timeout_s"):
+        DeploySpec(timeout_s=901)
