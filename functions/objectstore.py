@@ -37,8 +37,15 @@ conventions of the coordinator, not rules of the store):
     A worker's update in an epoch, ``trained - snapshot`` on the rows its shard touched,
     written by :func:`functions.handler.handler` (layout in :mod:`functions.shards`).
 
-Planned, not written by any code yet: ``checkpoints/<job>/...`` (the coordinator's
-per-epoch state, so a crash resumes).
+``checkpoints/<job>/latest.json``
+    The coordinator's state after its last finished epoch, replaced every epoch, so a
+    crashed coordinator resumes (:meth:`retrain.coordinator.DistributedBackend.resume`):
+    epoch number, the snapshot of the model and its SHA-256, the shard split, the seed,
+    the invocations in flight, the epoch records and stats. Written last, after the
+    objects it names. Layout in :mod:`retrain.coordinator`.
+``checkpoints/<job>/window.npz``
+    The job's encoded training data (``users``, ``items``, ``ratings`` and the shard
+    ``order``), written once with the first checkpoint.
 """
 
 from __future__ import annotations

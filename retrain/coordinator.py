@@ -8,6 +8,48 @@ Eq. 2). κ = λ is BSP, fully synchronous; ASP applies every update the moment i
 and relaunches that worker at once. A worker that fails or times out is retried up to
 ``max_retries`` times, then dropped for the epoch.
 
+Checkpoints (design §4: "each epoch is checkpointed so a crashed coordinator resumes")
+----------------------------------------------------------------------------------------
+At the end of every epoch the coordinator writes the model φ_{t+1} as the next snapshot
+(which the following epoch's workers then pull, so checkpointing writes no extra
+snapshots), and then ``checkpoints/<job>/latest.json``, atomically (the store's ``put``)
+and last, so the checkpoint only ever names complete objects. The encoded training data
+is written once, to ``checkpoints/<job>/window.npz`` (``users``, ``items``, ``ratings``
+and the shuffle ``order`` that splits it into shards). The JSON object holds
+
+``format_version``, ``job_id``, ``written_at``
+    :data:`CHECKPOINT_FORMAT_VERSION`, the job, a Unix time.
+``next_epoch``
+    Epochs finished so far, hence the number of the next one.
+``snapshot_seq``
+    The next snapshot sequence number (ASP writes more than one snapshot an epoch).
+``model``, ``window``
+    ``{"key", "sha256"}`` of the model snapshot and of the window archive.
+``split``
+    The number of shards the window is currently split into (0: none yet).
+``seed``, ``policy``, ``timeout_s``, ``max_retries``
+    The coordinator's settings; the seed fixes the shard order and every worker's
+    shuffle (a worker seeds with ``(seed, epoch, worker)``), so it is the whole of the
+    random state a resumed job needs.
+``in_flight``
+    Invocations still running: ``worker``, ``epoch``, ``attempt``, ``memory_mb`` and the
+    worker ``task`` (its event: snapshot, shard and delta keys, batch size, ...).
+``epochs``
+    The job's :class:`retrain.job.EpochRecord` so far: loss, duration, config, cost.
+``stats``
+    :class:`CoordinatorStats`: ``used`` updates, ``failures`` and ``invocations``.
+
+:meth:`DistributedBackend.resume` rebuilds a coordinator from it: the model from the
+snapshot and the data from the window archive, both verified against their SHA-256
+(:class:`CheckpointError`, naming the key, if either is missing or damaged). Work that
+was in flight is not lost: a delta already in the store (a straggler that finished after
+the crash; on Lambda an invocation outlives its caller) counts as an invocation that has
+finished, so the next epoch collects it like any arrival, as a stale update; a missing
+(or unreadable) one is relaunched with its original task, which recomputes the same
+update (worker shuffles are seeded), so even a racing original invocation writes
+identical bytes to the same key. ``retrain.job.run_training`` then
+continues the job with ``history=backend.epochs, prepare=False``.
+
 References
 ----------
 SandPiper (papers/004) §III-B, Eq. 2; G. Joshi et al., "Slow and stale gradients can
@@ -16,6 +58,9 @@ win the race" (2019) for κ-of-λ synchronisation.
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import logging
 import math
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -25,10 +70,17 @@ from typing import Any
 import numpy as np
 
 from configurator.space import EpochConfig
-from functions.artifacts import model_to_bytes, sha256_hex
+from functions.artifacts import (
+    ArtifactError,
+    dump_arrays,
+    load_arrays,
+    model_from_bytes,
+    model_to_bytes,
+    sha256_hex,
+)
 from functions.handler import WorkerTask
 from functions.mf import BiasedMF
-from functions.objectstore import ObjectStore
+from functions.objectstore import ObjectNotFound, ObjectStore, validate_key
 from functions.runtimes import InvocationRecord, Runtime
 from functions.shards import (
     apply_delta,
@@ -40,7 +92,62 @@ from functions.shards import (
     write_shard,
 )
 from retrain.backends import EpochOutcome, TrainingBackend
+from retrain.job import EpochRecord
 from retrain.window import RatingsWindow
+
+log = logging.getLogger(__name__)
+
+#: Version of the checkpoint layout described in the module docstring.
+CHECKPOINT_FORMAT_VERSION = 1
+
+
+class CheckpointError(ArtifactError):
+    """A checkpoint, or an object it names, is missing, damaged or inconsistent."""
+
+
+def checkpoint_key(job_id: str) -> str:
+    """``checkpoints/<job>/latest.json``: the coordinator's state after its last epoch."""
+    return validate_key(f"checkpoints/{_job_component(job_id)}/latest.json")
+
+
+def window_key(job_id: str) -> str:
+    """``checkpoints/<job>/window.npz``: the job's encoded training data, written once."""
+    return validate_key(f"checkpoints/{_job_component(job_id)}/window.npz")
+
+
+def _job_component(job_id: str) -> str:
+    snapshot_key(job_id, 0)  # the same rule as the other per-job keys
+    return job_id
+
+
+def read_checkpoint(store: ObjectStore, job_id: str) -> dict[str, Any] | None:
+    """The job's latest checkpoint as a dict, None if it has none.
+
+    Raises
+    ------
+    CheckpointError
+        If the object is not a checkpoint of this job in a format this code reads.
+    """
+    key = checkpoint_key(job_id)
+    try:
+        data = store.get(key)
+    except ObjectNotFound:
+        return None
+    try:
+        state = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {key!r} is not valid JSON: {exc}") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {key!r} is not a JSON object")
+    version = state.get("format_version")
+    if version != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {key!r} has format_version {version!r}; "
+            f"this code reads version {CHECKPOINT_FORMAT_VERSION}"
+        )
+    if state.get("job_id") != job_id:
+        raise CheckpointError(f"checkpoint {key!r} belongs to job {state.get('job_id')!r}")
+    return state
 
 
 @dataclass(frozen=True)
@@ -89,6 +196,16 @@ class _Running:
     attempt: int
     task: WorkerTask
     future: Future[InvocationRecord]
+    memory_mb: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "worker": self.worker,
+            "epoch": self.epoch,
+            "attempt": self.attempt,
+            "memory_mb": self.memory_mb,
+            "task": self.task.as_event(),
+        }
 
 
 @dataclass
@@ -107,6 +224,9 @@ class UsedUpdate:
         return self.applied_in - self.computed_on
 
 
+_RECORD_FIELDS = {f.name for f in dataclasses.fields(InvocationRecord)}
+
+
 @dataclass
 class CoordinatorStats:
     """What the job record keeps beyond losses: every used update and every failure."""
@@ -114,6 +234,24 @@ class CoordinatorStats:
     used: list[UsedUpdate] = field(default_factory=list)
     failures: list[dict[str, Any]] = field(default_factory=list)
     invocations: list[InvocationRecord] = field(default_factory=list)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "used": [dataclasses.asdict(u) for u in self.used],
+            "failures": [dict(f) for f in self.failures],
+            "invocations": [r.as_dict() for r in self.invocations],
+        }
+
+    @classmethod
+    def from_dict(cls, state: dict[str, Any]) -> CoordinatorStats:
+        return cls(
+            used=[UsedUpdate(**u) for u in state["used"]],
+            failures=[dict(f) for f in state["failures"]],
+            invocations=[
+                InvocationRecord(**{k: v for k, v in r.items() if k in _RECORD_FIELDS})
+                for r in state["invocations"]
+            ],
+        )
 
 
 class DistributedBackend(TrainingBackend):
@@ -129,6 +267,9 @@ class DistributedBackend(TrainingBackend):
         Names the job's snapshots, shards and deltas.
     policy
         BSP, ASP or selective (κ of λ).
+    checkpoint
+        Write a checkpoint after every epoch (see the module docstring), so that
+        :meth:`resume` can continue the job after a crash.
     """
 
     name = "distributed"
@@ -143,6 +284,7 @@ class DistributedBackend(TrainingBackend):
         seed: int = 0,
         timeout_s: float = 900.0,
         max_retries: int = 1,
+        checkpoint: bool = True,
     ) -> None:
         self.runtime = runtime
         self.store = store
@@ -152,12 +294,18 @@ class DistributedBackend(TrainingBackend):
         self.seed = seed
         self.timeout_s = timeout_s
         self.max_retries = max_retries
+        self.checkpoint = checkpoint
         self.stats = CoordinatorStats()
+        #: The epochs run so far, as the job record keeps them (checkpointed).
+        self.epochs: list[EpochRecord] = []
         self._model: BiasedMF | None = None
         self._epoch = 0
         self._running: list[_Running] = []
         self._sharded_for = 0
         self._snapshots = 0
+        # The snapshot holding the model as it is now, until an update changes it.
+        self._current: tuple[str, str] | None = None
+        self._window: tuple[str, str] | None = None
 
     # -- TrainingBackend ---------------------------------------------------------------
     def prepare(self, model: BiasedMF, train: RatingsWindow) -> None:
@@ -166,6 +314,17 @@ class DistributedBackend(TrainingBackend):
         self._items = model.encode_items(train.item_ids)
         self._ratings = np.asarray(train.ratings, dtype=np.float64)
         self._order = np.random.default_rng(self.seed).permutation(len(self._ratings))
+        self._current = self._window = None
+
+    @property
+    def model(self) -> BiasedMF:
+        """The model being trained (updated in place each epoch)."""
+        return self._require_model()
+
+    @property
+    def epoch(self) -> int:
+        """Epochs finished so far: the number of the next epoch."""
+        return self._epoch
 
     def result(self) -> BiasedMF:
         """The trained model; stragglers still in flight are waited for (and billed)."""
@@ -180,11 +339,11 @@ class DistributedBackend(TrainingBackend):
     def run_epoch(self, config: EpochConfig) -> EpochOutcome:
         model = self._require_model()
         started = time.perf_counter()
+        spent_before = sum(r.cost_usd for r in self.stats.invocations)
         self._shard(config.workers)
-        snapshot = self._write_snapshot(model)
+        snapshot = self._snapshot()
         for worker in self._idle_workers(config.workers):
             self._launch(worker, snapshot, config, attempt=0)
-        spent_before = sum(r.cost_usd for r in self.stats.invocations)
         if self.policy.name == "asp":
             self._run_asp(config)
         else:
@@ -192,16 +351,204 @@ class DistributedBackend(TrainingBackend):
         self._epoch += 1
         cost = sum(r.cost_usd for r in self.stats.invocations) - spent_before
         loss = model.mse_encoded(self._users, self._items, self._ratings)
-        return EpochOutcome(
-            loss=loss,
-            duration_s=time.perf_counter() - started,
-            cost_usd=cost,
-            details={
-                "policy": self.policy.name,
-                "kappa": self.policy.kappa(config.workers),
-                "in_flight": len(self._running),
-            },
-        )
+        duration = time.perf_counter() - started
+        self.epochs.append(EpochRecord(self._epoch - 1, loss, duration, config.as_dict(), cost))
+        details: dict[str, Any] = {
+            "policy": self.policy.name,
+            "kappa": self.policy.kappa(config.workers),
+            "in_flight": len(self._running),
+        }
+        if self.checkpoint:
+            details["checkpoint"] = self.write_checkpoint()
+        return EpochOutcome(loss=loss, duration_s=duration, cost_usd=cost, details=details)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def write_checkpoint(self) -> str:
+        """Checkpoint the coordinator as it stands between epochs; returns the key.
+
+        The model snapshot (and, the first time, the window) is written before the
+        checkpoint itself, so a crash at any point leaves the previous checkpoint or a
+        complete new one.
+        """
+        model_ref = self._snapshot()
+        window_ref = self._window or self._write_window()
+        state = {
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "job_id": self.job_id,
+            "written_at": time.time(),
+            "next_epoch": self._epoch,
+            "snapshot_seq": self._snapshots,
+            "model": {"key": model_ref[0], "sha256": model_ref[1]},
+            "window": {"key": window_ref[0], "sha256": window_ref[1]},
+            "split": self._sharded_for,
+            "seed": self.seed,
+            "policy": {"name": self.policy.name, "ratio": self.policy.ratio},
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "in_flight": [r.as_dict() for r in self._running],
+            "epochs": [dataclasses.asdict(e) for e in self.epochs],
+            "stats": self.stats.as_dict(),
+        }
+        key = checkpoint_key(self.job_id)
+        data = json.dumps(state, sort_keys=True, default=_json_scalar).encode()
+        self.store.put(key, data)
+        return key
+
+    def _write_window(self) -> tuple[str, str]:
+        key = window_key(self.job_id)
+        arrays = {
+            "users": self._users,
+            "items": self._items,
+            "ratings": self._ratings,
+            "order": self._order,
+        }
+        data = dump_arrays(arrays)
+        self.store.put(key, data)
+        self._window = key, sha256_hex(data)
+        return self._window
+
+    @classmethod
+    def resume(
+        cls,
+        runtime: Runtime,
+        store: ObjectStore,
+        store_url: str,
+        job_id: str,
+        policy: SyncPolicy | None = None,
+        timeout_s: float | None = None,
+        max_retries: int | None = None,
+        checkpoint: bool = True,
+    ) -> DistributedBackend | None:
+        """A coordinator that carries on job ``job_id`` from its checkpoint; None if none.
+
+        ``policy``, ``timeout_s`` and ``max_retries`` default to the checkpointed ones.
+        The model is the checkpointed snapshot and the data the checkpointed window;
+        in-flight work is re-queued (see the module docstring). Continue the job with
+        ``run_training(..., history=backend.epochs, prepare=False)``.
+
+        Raises
+        ------
+        CheckpointError
+            If the checkpoint, its snapshot or its window is missing, damaged (fails its
+            SHA-256) or inconsistent; the message names the key.
+        """
+        state = read_checkpoint(store, job_id)
+        if state is None:
+            return None
+        key = checkpoint_key(job_id)
+        try:
+            backend = cls(
+                runtime,
+                store,
+                store_url,
+                job_id,
+                policy or SyncPolicy(state["policy"]["name"], float(state["policy"]["ratio"])),
+                seed=int(state["seed"]),
+                timeout_s=float(state["timeout_s"] if timeout_s is None else timeout_s),
+                max_retries=int(state["max_retries"] if max_retries is None else max_retries),
+                checkpoint=checkpoint,
+            )
+            backend._restore(state)
+        except CheckpointError:
+            raise
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise CheckpointError(f"checkpoint {key!r} is malformed: {detail}") from exc
+        return backend
+
+    def _restore(self, state: dict[str, Any]) -> None:
+        model_ref, window_ref = state["model"], state["window"]
+        try:
+            model = model_from_bytes(_get_verified(self.store, model_ref, "model snapshot"))
+        except CheckpointError:
+            raise
+        except ArtifactError as exc:
+            raise CheckpointError(f"model snapshot {model_ref['key']!r}: {exc}") from exc
+        try:
+            arrays = load_arrays(_get_verified(self.store, window_ref, "window"))
+        except CheckpointError:
+            raise
+        except ArtifactError as exc:
+            raise CheckpointError(f"window {window_ref['key']!r}: {exc}") from exc
+        missing = sorted({"users", "items", "ratings", "order"} - set(arrays))
+        if missing:
+            raise CheckpointError(f"window {window_ref['key']!r} lacks arrays {missing}")
+        users, items = arrays["users"].astype(np.int64), arrays["items"].astype(np.int64)
+        ratings, order = arrays["ratings"].astype(np.float64), arrays["order"].astype(np.int64)
+        n = len(ratings)
+        if not (len(users) == len(items) == n and np.array_equal(np.sort(order), np.arange(n))):
+            raise CheckpointError(f"window {window_ref['key']!r} arrays disagree in length")
+        if n and (users.max() >= model.n_users or items.max() >= model.n_items):
+            raise CheckpointError(
+                f"window {window_ref['key']!r} does not fit snapshot {model_ref['key']!r}"
+            )
+        self._model = model
+        self._users, self._items, self._ratings, self._order = users, items, ratings, order
+        self._current = (model_ref["key"], model_ref["sha256"])
+        self._window = (window_ref["key"], window_ref["sha256"])
+        self._epoch = int(state["next_epoch"])
+        self._snapshots = max(int(state["snapshot_seq"]), self._next_snapshot_in_store())
+        split = int(state["split"])
+        shards = [shard_key(self.job_id, w, split) for w in range(split)]
+        self._sharded_for = split if all(self.store.exists(k) for k in shards) else 0
+        self.epochs = [EpochRecord(**e) for e in state["epochs"]]
+        self.stats = CoordinatorStats.from_dict(state["stats"])
+        in_flight = [_parse_in_flight(entry, self.store_url) for entry in state["in_flight"]]
+        for worker, epoch, attempt, memory_mb, task in in_flight:
+            self._requeue(worker, epoch, attempt, memory_mb, task)
+
+    def _next_snapshot_in_store(self) -> int:
+        """One past the highest snapshot in the store: a crashed coordinator may have
+        written snapshots after its checkpoint, and snapshots are never overwritten."""
+        prefix = snapshot_key(self.job_id, 0).rsplit("/", 1)[0] + "/"
+        numbers = [
+            int(name[: -len(".npz")])
+            for name in (k[len(prefix) :] for k in self.store.list(prefix))
+            if name.endswith(".npz") and name[: -len(".npz")].isdigit()
+        ]
+        return max(numbers, default=-1) + 1
+
+    def _requeue(
+        self, worker: int, epoch: int, attempt: int, memory_mb: int, task: WorkerTask
+    ) -> None:
+        """Take back an invocation a crashed coordinator left running.
+
+        If its delta is in the store (and readable), the invocation is taken as finished:
+        the next epoch collects it like any other arrival, as a stale update. Otherwise
+        its task runs again.
+        """
+        if self._delta_is_usable(task.delta_key):
+            record = InvocationRecord(
+                f"recovered-{self.job_id}-{epoch}-{worker}",
+                memory_mb=memory_mb,
+                labels={"worker": worker, "epoch": epoch, "recovered": True},
+            )
+            future: Future[InvocationRecord] = Future()
+            future.set_result(record)
+        elif self.store.exists(task.snapshot_key):
+            future = self._submit(task, memory_mb)
+        else:
+            self.stats.failures.append(
+                {
+                    "worker": worker,
+                    "epoch": epoch,
+                    "attempt": attempt,
+                    "status": "lost",
+                    "error": f"snapshot {task.snapshot_key!r} is gone; not relaunched",
+                }
+            )
+            return
+        self._running.append(_Running(worker, epoch, attempt, task, future, memory_mb))
+
+    def _delta_is_usable(self, key: str) -> bool:
+        if not self.store.exists(key):
+            return False
+        try:
+            read_delta(self.store, key)
+        except (ArtifactError, ObjectNotFound) as exc:
+            log.warning("job %s: relaunching the worker of a damaged delta: %s", self.job_id, exc)
+            return False
+        return True
 
     def _drain(self) -> None:
         """Wait for invocations still running so nothing is left behind the job."""
@@ -223,13 +570,12 @@ class DistributedBackend(TrainingBackend):
 
     def _run_asp(self, config: EpochConfig) -> None:
         """Apply each update on arrival and relaunch its worker: λ arrivals per epoch."""
-        model = self._require_model()
         for _ in range(config.workers):
             done = self._completed(first_only=True)
             for running in done:
                 if self._accept(running, config):
                     self._apply([running], weight=1.0 / config.workers)
-                self._launch(running.worker, self._write_snapshot(model), config, attempt=0)
+                self._launch(running.worker, self._snapshot(), config, attempt=0)
 
     def _completed(self, first_only: bool = False) -> list[_Running]:
         futures = [r.future for r in self._running]
@@ -256,9 +602,16 @@ class DistributedBackend(TrainingBackend):
             }
         )
         if running.attempt < self.max_retries:
-            retry = self._submit(running.task, config)
+            retry = self._submit(running.task, config.memory_mb)
             self._running.append(
-                _Running(running.worker, running.epoch, running.attempt + 1, running.task, retry)
+                _Running(
+                    running.worker,
+                    running.epoch,
+                    running.attempt + 1,
+                    running.task,
+                    retry,
+                    config.memory_mb,
+                )
             )
         return False
 
@@ -267,6 +620,7 @@ class DistributedBackend(TrainingBackend):
             return
         deltas = [read_delta(self.store, r.task.delta_key) for r in updates]
         apply_delta(self._require_model(), average_deltas(deltas), weight=weight)
+        self._current = None  # the model moved on from its last snapshot
         for r in updates:
             record = r.future.result()
             self.stats.used.append(
@@ -290,14 +644,20 @@ class DistributedBackend(TrainingBackend):
             write_shard(self.store, key, self._users[rows], self._items[rows], self._ratings[rows])
         self._sharded_for = workers
 
-    def _write_snapshot(self, model: BiasedMF) -> tuple[str, str]:
-        """A new, never-overwritten snapshot: in-flight workers may still be reading older
-        ones (ASP writes one per update, not per epoch)."""
-        data = model_to_bytes(model)
-        key = snapshot_key(self.job_id, self._snapshots)
-        self._snapshots += 1
-        self.store.put(key, data)
-        return key, sha256_hex(data)
+    def _snapshot(self) -> tuple[str, str]:
+        """The snapshot of the model as it is now, written if there is none yet.
+
+        Each is new and never overwritten: in-flight workers may still be reading older
+        ones (ASP writes one per update, not per epoch). The one a checkpoint writes is
+        the one the next epoch's workers pull.
+        """
+        if self._current is None:
+            data = model_to_bytes(self._require_model())
+            key = snapshot_key(self.job_id, self._snapshots)
+            self._snapshots += 1
+            self.store.put(key, data)
+            self._current = key, sha256_hex(data)
+        return self._current
 
     def _idle_workers(self, workers: int) -> list[int]:
         busy = {r.worker for r in self._running}
@@ -321,19 +681,52 @@ class DistributedBackend(TrainingBackend):
             seed=self.seed,
             snapshot_sha256=digest,
         )
-        self._running.append(
-            _Running(worker, self._epoch, attempt, task, self._submit(task, config))
-        )
+        future = self._submit(task, config.memory_mb)
+        self._running.append(_Running(worker, self._epoch, attempt, task, future, config.memory_mb))
 
-    def _submit(self, task: WorkerTask, config: EpochConfig) -> Future[InvocationRecord]:
+    def _submit(self, task: WorkerTask, memory_mb: int) -> Future[InvocationRecord]:
         return self.runtime.submit(
             task.as_event(),
-            memory_mb=config.memory_mb,
+            memory_mb=memory_mb,
             timeout_s=self.timeout_s,
             worker=task.worker,
             epoch=task.epoch,
         )
 
     def _record(self, record: InvocationRecord) -> None:
+        # A recovered update was billed to the crashed coordinator, which kept no record.
+        if record.labels.get("recovered"):
+            return
         if record not in self.stats.invocations:
             self.stats.invocations.append(record)
+
+
+def _get_verified(store: ObjectStore, ref: dict[str, Any], what: str) -> bytes:
+    """The bytes a checkpoint refers to, checked against the SHA-256 it recorded."""
+    key, expected = str(ref["key"]), str(ref["sha256"])
+    try:
+        data = store.get(key)
+    except ObjectNotFound as exc:
+        raise CheckpointError(f"the checkpoint's {what} {key!r} is missing") from exc
+    if sha256_hex(data) != expected.lower():
+        raise CheckpointError(
+            f"the checkpoint's {what} {key!r} is damaged: sha256 {sha256_hex(data)}, "
+            f"the checkpoint recorded {expected}"
+        )
+    return data
+
+
+def _parse_in_flight(
+    entry: dict[str, Any], store_url: str
+) -> tuple[int, int, int, int, WorkerTask]:
+    """(worker, epoch, attempt, memory_mb, task) of a checkpoint's in-flight entry; the
+    task reads and writes the store as ``store_url`` names it now."""
+    task = WorkerTask(**{**entry["task"], "store_url": store_url})
+    worker, epoch = int(entry["worker"]), int(entry["epoch"])
+    return worker, epoch, int(entry["attempt"]), int(entry["memory_mb"]), task
+
+
+def _json_scalar(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")

@@ -3,19 +3,25 @@
 The job owns the loop and the stopping rule; the configurator picks each epoch's config
 vector; the backend does the arithmetic. Each finished epoch is reported through
 ``on_epoch`` so the caller can persist it before the next one starts.
+
+A job whose coordinator crashed continues from its checkpoint: a backend rebuilt by
+``retrain.coordinator.DistributedBackend.resume`` already holds the model and the data,
+and ``run_training(..., history=backend.epochs, prepare=False)`` carries on the epoch
+numbers, the configurator's observations, the cost and the stopping rule from there.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
 from configurator.base import Configurator, Observation
+from configurator.space import EpochConfig
 from functions.mf import BiasedMF
 from retrain.backends import TrainingBackend
 from retrain.convergence import ConvergenceRule, StopReason
@@ -63,34 +69,65 @@ def starting_model(base: BiasedMF | None, template: BiasedMF, window: RatingsWin
 
 
 def run_training(
-    model: BiasedMF,
+    model: BiasedMF | None,
     window: RatingsWindow,
     backend: TrainingBackend,
     configurator: Configurator,
     rule: ConvergenceRule,
     on_epoch: Callable[[EpochRecord], None] | None = None,
+    *,
+    history: Sequence[EpochRecord] = (),
+    prepare: bool = True,
 ) -> JobResult:
-    """Train ``model`` on ``window`` until ``rule`` says stop; returns the result."""
+    """Train ``model`` on ``window`` until ``rule`` says stop; returns the result.
+
+    Parameters
+    ----------
+    history
+        Epochs the job already ran, numbered 0, 1, ... (a resumed job's checkpointed
+        records). The next epoch is numbered ``len(history)``; the configurator sees them
+        as observations; the rule counts their losses, their cost and, as elapsed time,
+        their durations (the time the job stood still is not counted); the result lists
+        them first. ``on_epoch`` is called for new epochs only. If the rule already says
+        stop after ``history``, no epoch runs.
+    prepare
+        False when ``backend`` already holds the model and the training data (one
+        restored from a checkpoint); ``model`` is then not used and may be None.
+    """
     if len(window) == 0:
         raise ValueError("a retraining window needs at least one labelled event")
+    epochs = list(history)
+    numbers = [e.epoch for e in epochs]
+    if numbers != list(range(len(epochs))):
+        raise ValueError(f"history must hold epochs 0, 1, ... in order, got {numbers}")
     train, holdout = window.split_holdout()
-    backend.prepare(model, train)
-    history: list[Observation] = []
-    epochs: list[EpochRecord] = []
+    if prepare:
+        if model is None:
+            raise ValueError("a model is needed unless the backend is already prepared")
+        backend.prepare(model, train)
+    observations = [
+        Observation(EpochConfig(**e.config), e.duration_s, e.loss, e.cost_usd) for e in epochs
+    ]
+    earlier_s = sum(e.duration_s for e in epochs)
     started = time.perf_counter()
-    stop: StopReason | None = None
+
+    def check() -> StopReason | None:
+        spent = sum(e.cost_usd for e in epochs)
+        elapsed = earlier_s + time.perf_counter() - started
+        return rule.check([e.loss for e in epochs], elapsed, spent)
+
+    stop = check() if epochs else None
     while stop is None:
-        config = configurator.propose(len(epochs), history)
+        config = configurator.propose(len(epochs), observations)
         outcome = backend.run_epoch(config)
         record = EpochRecord(
             len(epochs), outcome.loss, outcome.duration_s, config.as_dict(), outcome.cost_usd
         )
         epochs.append(record)
-        history.append(Observation(config, outcome.duration_s, outcome.loss, outcome.cost_usd))
+        observations.append(Observation(config, outcome.duration_s, outcome.loss, outcome.cost_usd))
         if on_epoch is not None:
             on_epoch(record)
-        spent = sum(e.cost_usd for e in epochs)
-        stop = rule.check([e.loss for e in epochs], time.perf_counter() - started, spent)
+        stop = check()
     trained = backend.result()
     return JobResult(
         model=trained,
