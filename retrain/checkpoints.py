@@ -1,0 +1,135 @@
+"""Checkpoints of the distributed coordinator, so a crashed job resumes.
+
+At the end of every epoch the coordinator writes the model φ_{t+1} as the next snapshot
+(which the following epoch's workers then pull, so checkpointing writes no extra
+snapshots), and then ``checkpoints/<job>/latest.json``, atomically (the store's ``put``)
+and last, so the checkpoint only ever names complete objects. The encoded training data
+is written once, to ``checkpoints/<job>/window.npz`` (``users``, ``items``, ``ratings``
+and the shuffle ``order`` that splits it into shards). The JSON object holds
+
+``format_version``, ``job_id``, ``written_at``
+    :data:`CHECKPOINT_FORMAT_VERSION`, the job, a Unix time.
+``next_epoch``
+    Epochs finished so far, hence the number of the next one.
+``snapshot_seq``
+    The next snapshot sequence number (ASP writes more than one snapshot an epoch).
+``model``, ``window``
+    ``{"key", "sha256"}`` of the model snapshot and of the window archive.
+``split``
+    The number of shards the window is currently split into (0: none yet).
+``seed``, ``policy``, ``timeout_s``, ``max_retries``
+    The coordinator's settings; the seed fixes the shard order and every worker's
+    shuffle (a worker seeds with ``(seed, epoch, worker)``), so it is the whole of the
+    random state a resumed job needs.
+``in_flight``
+    Invocations still running: ``worker``, ``epoch``, ``attempt``, ``memory_mb`` and the
+    worker ``task`` (its event: snapshot, shard and delta keys, batch size, ...).
+``epochs``
+    The job's :class:`retrain.job.EpochRecord` so far: loss, duration, config, cost.
+``stats``
+    :class:`CoordinatorStats`: ``used`` updates, ``failures`` and ``invocations``.
+
+:meth:`DistributedBackend.resume` rebuilds a coordinator from it: the model from the
+snapshot and the data from the window archive, both verified against their SHA-256
+(:class:`CheckpointError`, naming the key, if either is missing or damaged). Work that
+was in flight is not lost: a delta already in the store (a straggler that finished after
+the crash; on Lambda an invocation outlives its caller) counts as an invocation that has
+finished, so the next epoch collects it like any arrival, as a stale update; a missing
+(or unreadable) one is relaunched with its original task, which recomputes the same
+update (worker shuffles are seeded), so even a racing original invocation writes
+identical bytes to the same key. ``retrain.job.run_training`` then
+continues the job with ``history=backend.epochs, prepare=False``.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+from functions.artifacts import ArtifactError, sha256_hex
+from functions.handler import WorkerTask
+from functions.objectstore import ObjectNotFound, ObjectStore, validate_key
+from functions.shards import snapshot_key
+
+#: Version of the checkpoint layout described above.
+CHECKPOINT_FORMAT_VERSION = 1
+
+
+class CheckpointError(ArtifactError):
+    """A checkpoint, or an object it names, is missing, damaged or inconsistent."""
+
+
+def checkpoint_key(job_id: str) -> str:
+    """``checkpoints/<job>/latest.json``: the coordinator's state after its last epoch."""
+    return validate_key(f"checkpoints/{_job_component(job_id)}/latest.json")
+
+
+def window_key(job_id: str) -> str:
+    """``checkpoints/<job>/window.npz``: the job's encoded training data, written once."""
+    return validate_key(f"checkpoints/{_job_component(job_id)}/window.npz")
+
+
+def _job_component(job_id: str) -> str:
+    snapshot_key(job_id, 0)  # the same rule as the other per-job keys
+    return job_id
+
+
+def read_checkpoint(store: ObjectStore, job_id: str) -> dict[str, Any] | None:
+    """The job's latest checkpoint as a dict, None if it has none.
+
+    Raises
+    ------
+    CheckpointError
+        If the object is not a checkpoint of this job in a format this code reads.
+    """
+    key = checkpoint_key(job_id)
+    try:
+        data = store.get(key)
+    except ObjectNotFound:
+        return None
+    try:
+        state = json.loads(data)
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"checkpoint {key!r} is not valid JSON: {exc}") from exc
+    if not isinstance(state, dict):
+        raise CheckpointError(f"checkpoint {key!r} is not a JSON object")
+    version = state.get("format_version")
+    if version != CHECKPOINT_FORMAT_VERSION:
+        raise CheckpointError(
+            f"checkpoint {key!r} has format_version {version!r}; "
+            f"this code reads version {CHECKPOINT_FORMAT_VERSION}"
+        )
+    if state.get("job_id") != job_id:
+        raise CheckpointError(f"checkpoint {key!r} belongs to job {state.get('job_id')!r}")
+    return state
+
+
+def get_verified(store: ObjectStore, ref: dict[str, Any], what: str) -> bytes:
+    """The bytes a checkpoint refers to, checked against the SHA-256 it recorded."""
+    key, expected = str(ref["key"]), str(ref["sha256"])
+    try:
+        data = store.get(key)
+    except ObjectNotFound as exc:
+        raise CheckpointError(f"the checkpoint's {what} {key!r} is missing") from exc
+    if sha256_hex(data) != expected.lower():
+        raise CheckpointError(
+            f"the checkpoint's {what} {key!r} is damaged: sha256 {sha256_hex(data)}, "
+            f"the checkpoint recorded {expected}"
+        )
+    return data
+
+
+def parse_in_flight(entry: dict[str, Any], store_url: str) -> tuple[int, int, int, int, WorkerTask]:
+    """(worker, epoch, attempt, memory_mb, task) of a checkpoint's in-flight entry; the
+    task reads and writes the store as ``store_url`` names it now."""
+    task = WorkerTask(**{**entry["task"], "store_url": store_url})
+    worker, epoch = int(entry["worker"]), int(entry["epoch"])
+    return worker, epoch, int(entry["attempt"]), int(entry["memory_mb"]), task
+
+
+def json_scalar(value: object) -> object:
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
