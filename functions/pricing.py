@@ -11,15 +11,13 @@ import json
 import math
 from dataclasses import dataclass
 from functools import lru_cache
-from pathlib import Path
-
-PRICE_FILE = Path(__file__).with_name("prices.json")
+from importlib import resources
 
 
 @lru_cache(maxsize=1)
-def load_prices(path: Path = PRICE_FILE) -> dict:
-    with open(path, encoding="utf-8") as handle:
-        return json.load(handle)
+def load_prices() -> dict:
+    """The price file; read through importlib so it also loads from a Lambda zip."""
+    return json.loads(resources.files("functions").joinpath("prices.json").read_text("utf-8"))
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,7 @@ def create_app(settings: Settings) -> FastAPI:
             app.state.consumer.stop()
             app.state.consumer_thread.join(timeout=30)
         pipeline.retrainer.wait(timeout=30)
+        pipeline.retrainer.close()
         pipeline.flush()
         pipeline.db.dispose()
 

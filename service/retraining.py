@@ -12,18 +12,22 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Any
 
 from configurator import EpochConfig, StaticConfigurator
 from functions.mf import BiasedMF
+from functions.runtimes import LocalRuntime
 from retrain import (
     ConvergenceRule,
     EpochRecord,
     InProcessBackend,
     RatingsWindow,
+    TrainingBackend,
     WindowPolicy,
     run_training,
     starting_model,
 )
+from retrain.coordinator import DistributedBackend, SyncPolicy
 from service.metrics import Metrics
 from service.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
@@ -99,6 +103,7 @@ class Retrainer:
         self._active: int | None = None
         self._thread: threading.Thread | None = None
         self.training_seconds = 0.0
+        self._runtime: LocalRuntime | None = None
 
     @property
     def active_job_id(self) -> int | None:
@@ -147,10 +152,13 @@ class Retrainer:
             "target_loss": s.target_loss,
             "latency_cap_s": s.latency_cap_seconds,
             "history_sample": s.history_sample,
+            "workers": s.retrain_workers,
+            "sync_ratio": s.retrain_sync_ratio,
+            "memory_mb": s.retrain_memory_mb,
         }
         with self.db.begin() as conn:
             job_id = create_job(
-                conn, policy="adwin", trigger=trigger, runtime="inprocess", params=params
+                conn, policy="adwin", trigger=trigger, runtime=s.retrain_runtime, params=params
             )
             if alert_id is not None:
                 attach_alert(conn, alert_id, job_id)
@@ -189,11 +197,19 @@ class Retrainer:
             )
         template = BiasedMF(s.factors, s.learning_rate, s.regularization, seed=s.seed)
         model = starting_model(base.model if base else None, template, window)
+        backend = self._backend(job_id)
+        config = EpochConfig(
+            s.batch_size,
+            s.learning_rate,
+            workers=s.retrain_workers,
+            sync_ratio=s.retrain_sync_ratio,
+            memory_mb=s.retrain_memory_mb,
+        )
         result = run_training(
             model,
             window,
-            InProcessBackend(seed=s.seed),
-            StaticConfigurator(EpochConfig(s.batch_size, s.learning_rate)),
+            backend,
+            StaticConfigurator(config),
             ConvergenceRule(
                 target_loss=s.target_loss,
                 max_epochs=s.max_epochs,
@@ -201,6 +217,7 @@ class Retrainer:
             ),
             on_epoch=lambda record: self._record_epoch(job_id, record),
         )
+        invocations = _invocations(backend)  # stragglers finished after the last epoch count
         published = self.registry.publish(
             result.model, last_event_id=up_to, job_id=job_id, rmse=result.holdout_rmse
         )
@@ -213,7 +230,8 @@ class Retrainer:
                 finished_at=time.time(),
                 model_version=published.version,
                 stop_reason=str(result.stop_reason),
-                cost_usd=result.cost_usd,
+                cost_usd=sum(i["cost_usd"] for i in invocations) if invocations else 0.0,
+                invocations=invocations,
             )
         self.metrics.retrain_jobs.labels(status="succeeded").inc()
         log.info(
@@ -225,6 +243,30 @@ class Retrainer:
             published.version,
         )
 
+    def _backend(self, job_id: int) -> TrainingBackend:
+        """Where this job's epochs run, as the settings say."""
+        s = self.settings
+        if s.retrain_runtime == "inprocess":
+            return InProcessBackend(seed=s.seed)
+        if self._runtime is None:
+            self._runtime = LocalRuntime()
+        ratio = s.retrain_sync_ratio
+        policy = SyncPolicy.bsp() if ratio >= 1 else SyncPolicy.selective(ratio)
+        return DistributedBackend(
+            self._runtime,
+            self.registry.store,
+            s.resolved_object_store_url,
+            f"job-{job_id}",
+            policy,
+            seed=s.seed or 0,
+        )
+
+    def close(self) -> None:
+        """Stop the worker processes of the function runtime, if any were started."""
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
+
     def _record_epoch(self, job_id: int, record: EpochRecord) -> None:
         with self.db.begin() as conn:
             add_epoch(
@@ -235,3 +277,15 @@ class Retrainer:
                 duration_s=record.duration_s,
                 config=record.config,
             )
+
+
+def _invocations(backend: TrainingBackend) -> list[dict[str, Any]] | None:
+    """The job record's view of its worker invocations (distributed backends only)."""
+    if not isinstance(backend, DistributedBackend):
+        return None
+    keep = ("request_id", "status", "cold_start", "memory_mb", "queued_s", "duration_s")
+    keep += ("billed_ms", "cost_usd", "error")
+    return [
+        {**{k: getattr(r, k) for k in keep}, **{k: r.labels.get(k) for k in ("worker", "epoch")}}
+        for r in backend.stats.invocations
+    ]

@@ -8,7 +8,7 @@ import time, so tests can run several differently configured services side by si
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Self
+from typing import Literal, Self
 
 from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -64,6 +64,12 @@ class Settings(BaseSettings):
     target_loss: float | None = Field(None, gt=0)
     latency_cap_seconds: float = Field(600.0, gt=0)
     seed: int | None = 0
+    retrain_runtime: Literal["inprocess", "local"] = Field(
+        "local", description="Where epochs run: this process, or Lambda-like worker processes."
+    )
+    retrain_workers: int = Field(4, ge=1, le=1000)
+    retrain_sync_ratio: float = Field(0.75, gt=0, le=1)
+    retrain_memory_mb: int = Field(1024, ge=128, le=10_240)
 
     # Serving.
     fold_in_regularization: float = Field(10.0, gt=0)

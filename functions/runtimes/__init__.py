@@ -13,17 +13,20 @@ from functions.runtimes.base import (
     register_runtime,
 )
 from functions.runtimes.local import LocalRuntime
+from functions.runtimes.sim import PerformanceModel, SimRuntime
 
 __all__ = [
     "ERROR",
     "OK",
     "OUT_OF_MEMORY",
+    "PerformanceModel",
     "RUNTIMES",
     "TIMEOUT",
     "InvocationRecord",
     "LambdaRuntime",
     "LocalRuntime",
     "Runtime",
+    "SimRuntime",
     "open_runtime",
     "parse_report",
     "register_runtime",

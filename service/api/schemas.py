@@ -81,6 +81,9 @@ class JobPublic(BaseModel):
     error: str | None
     params: dict[str, Any]
     alert_ids: list[int]
+    invocations: list[dict[str, Any]] | None = Field(
+        None, description="Worker invocations of a distributed job: timings, outcome, cost."
+    )
     loss_curve: list[float]
     epochs: list[EpochPublic]
 

@@ -58,7 +58,8 @@ def run_prequential(
     stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
     river = RiverTrack()
     with tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp:
-        pipeline = build_pipeline(Settings(data_dir=Path(tmp)), background_retrain=False)
+        settings = Settings(data_dir=Path(tmp), retrain_runtime="inprocess")
+        pipeline = build_pipeline(settings, background_retrain=False)
         spent = _replay(pipeline, river, stream, batch_size)
         retrain_s = pipeline.retrainer.training_seconds
         with pipeline.db.connect() as conn:

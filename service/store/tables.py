@@ -54,6 +54,7 @@ retrain_jobs = Table(
     Column("cost_usd", Float, nullable=True),
     Column("error", Text, nullable=True),
     Column("params", JSON, nullable=False),
+    Column("invocations", JSON, nullable=True),
 )
 
 job_epochs = Table(

@@ -151,6 +151,13 @@ def test_manual_retrain_publishes_a_version_that_serves(client: TestClient) -> N
         and len(job["loss_curve"]) == len(job["epochs"])
     )
     assert job["epochs"][0]["config"]["batch_size"] > 0
+    # Epochs ran on Lambda-like worker processes, and the job shows them and their cost.
+    assert job["runtime"] == "local" and job["epochs"][0]["config"]["workers"] == 4
+    assert job["invocations"] and all(i["billed_ms"] >= 1 for i in job["invocations"])
+    assert {i["worker"] for i in job["invocations"]} == {0, 1, 2, 3}
+    assert job["cost_usd"] == pytest.approx(
+        sum(i["cost_usd"] for i in job["invocations"]), rel=0.05
+    )
     models = client.get("/models").json()
     assert models["current"] == job["model_version"]
     assert len(models["versions"][0]["checksum"]) == 64
