@@ -493,7 +493,8 @@ class DistributedBackend(TrainingBackend):
             for running in done:
                 if self._accept(running, config):
                     self._apply([running], weight=1.0 / config.workers)
-                self._launch(running.worker, self._snapshot(), config, attempt=0)
+                if running.worker not in {r.worker for r in self._running}:  # not retrying
+                    self._launch(running.worker, self._snapshot(), config, attempt=0)
 
     def _completed(self, first_only: bool = False) -> list[_Running]:
         futures = [r.future for r in self._running]

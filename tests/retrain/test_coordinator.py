@@ -138,3 +138,19 @@ def test_a_job_runs_end_to_end_through_the_coordinator(
     assert result.epochs[-1].loss < result.epochs[0].loss
     assert result.holdout_rmse is not None and result.holdout_rmse < 1.2
     assert result.epochs[0].config["workers"] == WORKERS
+
+
+def test_asp_retries_a_failed_worker_once_instead_of_also_relaunching_it(
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+) -> None:
+    factors = iter([200.0] + [1.0] * 1000)
+    runtime = make_runtime(slowdown=lambda: next(factors))
+    backend = _backend(tmp_path, runtime, SyncPolicy.asp(), timeout_s=3.0, max_retries=1)
+    backend.prepare(_model(window), window)
+    deadline = time.monotonic() + 60
+    while not backend.stats.failures:
+        assert time.monotonic() < deadline, "the slow worker never timed out"
+        backend.run_epoch(_config())
+        in_flight = [r.worker for r in backend._running]
+        assert len(in_flight) == len(set(in_flight)) == WORKERS  # one invocation per shard
+    assert [f["status"] for f in backend.stats.failures] == ["timeout"]
