@@ -57,7 +57,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, fields
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -216,8 +216,35 @@ def _remaining_s(context: object) -> Callable[[], float] | None:
     return lambda: float(get()) / 1000.0
 
 
+class Stepper(Protocol):
+    """Runs SGD minibatches on a model; the GPU worker swaps in a torch one."""
+
+    def step(self, u: np.ndarray, i: np.ndarray, r: np.ndarray) -> float:
+        """One minibatch update; returns its mean squared error before the update."""
+
+    def sync(self) -> None:
+        """Make the model's numpy arrays reflect every step taken."""
+
+
+class NumpyStepper:
+    """The model's own vectorised minibatch step (:meth:`BiasedMF.fit_epoch`)."""
+
+    def __init__(self, model: BiasedMF, rng: np.random.Generator) -> None:
+        self.model = model
+        self.rng = rng
+
+    def step(self, u: np.ndarray, i: np.ndarray, r: np.ndarray) -> float:
+        return self.model.fit_epoch(u, i, r, batch_size=len(r), rng=self.rng)
+
+    def sync(self) -> None:
+        return None
+
+
 def run_worker(
-    task: WorkerTask, store: ObjectStore | None = None, context: object = None
+    task: WorkerTask,
+    store: ObjectStore | None = None,
+    context: object = None,
+    stepper: Callable[[BiasedMF, np.random.Generator], Stepper] = NumpyStepper,
 ) -> tuple[dict[str, Any], BiasedMF]:
     """Run `task` (see :func:`handler`) and return its result and the trained model.
 
@@ -245,6 +272,7 @@ def run_worker(
     loss_before = model.mse_encoded(u, i, r)
     before = snapshot_rows(model, u, i)
     rng = np.random.default_rng([task.seed, task.epoch, task.worker])
+    trainer = stepper(model, rng)
     remaining = _remaining_s(context)
     n, batch_size = len(r), task.batch_size
     sse = 0.0
@@ -259,7 +287,7 @@ def run_worker(
         for start in range(0, n, batch_size):
             batch = order[start : start + batch_size]
             tick = time.perf_counter()
-            loss = model.fit_epoch(u[batch], i[batch], r[batch], batch_size=len(batch), rng=rng)
+            loss = trainer.step(u[batch], i[batch], r[batch])
             slowest = max(slowest, time.perf_counter() - tick)
             sse += loss * len(batch)
             samples_trained += len(batch)
@@ -271,6 +299,7 @@ def run_worker(
             break
         epochs_completed += 1
     train_loss = sse / samples_trained
+    trainer.sync()
 
     if epochs_completed:
         user_rows, item_rows = before["user_rows"], before["item_rows"]

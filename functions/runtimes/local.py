@@ -228,3 +228,16 @@ class LocalRuntime(Runtime):
 
 
 register_runtime("local", LocalRuntime)
+
+
+def gpu_runtime(concurrency: int = 1, **options: Any) -> LocalRuntime:
+    """The ``gpu`` runtime: worker processes running the torch worker, one per GPU.
+
+    The containers import ``functions.gpu`` (torch, CUDA when present) instead of the
+    numpy handler; everything else, including the Lambda-style meter, is the local
+    runtime's.
+    """
+    return LocalRuntime(concurrency=concurrency, handler="functions.gpu:handler", **options)
+
+
+register_runtime("gpu", gpu_runtime)
