@@ -17,7 +17,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
@@ -380,20 +380,6 @@ def test_history_must_be_numbered_from_zero(window: RatingsWindow, tmp_path: Pat
 
 
 # -- real worker processes --------------------------------------------------------------
-
-
-@pytest.fixture
-def make_runtime() -> Iterator[Callable[..., LocalRuntime]]:
-    opened: list[LocalRuntime] = []
-
-    def make(**kwargs: Any) -> LocalRuntime:
-        runtime = LocalRuntime(concurrency=WORKERS, **kwargs)
-        opened.append(runtime)
-        return runtime
-
-    yield make
-    for runtime in opened:
-        runtime.close()
 
 
 def _stragglers(factor: float = 6.0) -> Callable[[], float]:

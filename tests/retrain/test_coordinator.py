@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -52,20 +52,6 @@ def _backend(
 
 def _config() -> EpochConfig:
     return EpochConfig(batch_size=128, learning_rate=0.05, workers=WORKERS, memory_mb=512)
-
-
-@pytest.fixture
-def make_runtime() -> Iterator[Callable[..., LocalRuntime]]:
-    opened: list[LocalRuntime] = []
-
-    def make(**kwargs: object) -> LocalRuntime:
-        runtime = LocalRuntime(concurrency=WORKERS, **kwargs)
-        opened.append(runtime)
-        return runtime
-
-    yield make
-    for runtime in opened:
-        runtime.close()
 
 
 def test_bsp_averages_every_worker_and_the_loss_falls(
