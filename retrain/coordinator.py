@@ -2,10 +2,11 @@
 
 Each epoch the coordinator writes the model snapshot φ_t, launches λ workers (one per
 shard of the window) on a function runtime, waits for the first κ of them, averages
-their updates into φ_{t+1} and goes on. The λ−κ stragglers keep running; their updates,
-computed against an older snapshot, are averaged in whenever they arrive (SandPiper
-Eq. 2). κ = λ is BSP, fully synchronous; ASP applies every update the moment it arrives
-and relaunches that worker at once. A worker that fails or times out is retried up to
+their updates into φ_{t+1} and goes on. The λ−κ stragglers keep running while the next
+epoch starts fresh workers on every shard; their updates, computed against an older
+snapshot, are averaged in whenever they arrive (SandPiper Eq. 2). κ = λ is BSP, fully
+synchronous; ASP applies every update the moment it arrives and relaunches that worker
+at once. A worker that fails or times out is retried up to
 ``max_retries`` times, then dropped for the epoch.
 
 Checkpoints: see :mod:`retrain.checkpoints`.
@@ -260,7 +261,7 @@ class DistributedBackend(TrainingBackend):
         spent_before = sum(r.cost_usd for r in self.stats.invocations)
         self._shard(config.workers)
         snapshot = self._snapshot()
-        for worker in self._idle_workers(config.workers):
+        for worker in self._workers_to_launch(config.workers):
             self._launch(worker, snapshot, config, attempt=0)
         if self.policy.name == "asp":
             self._run_asp(config)
@@ -578,7 +579,19 @@ class DistributedBackend(TrainingBackend):
             self._current = key, sha256_hex(data)
         return self._current
 
-    def _idle_workers(self, workers: int) -> list[int]:
+    def _workers_to_launch(self, workers: int) -> list[int]:
+        """The shards an epoch starts workers on.
+
+        Selective sync starts every shard on the new snapshot, also those whose
+        straggler from an earlier epoch is still running: waiting for a straggler to
+        be free would make the next epoch wait for it after all, and its late update
+        is folded in when it comes (SandPiper: the system "continues to launch worker
+        functions for subsequent epochs with partial updates"). BSP has no stragglers
+        left between epochs; ASP keeps each shard's one worker busy and relaunches it
+        on arrival, so it starts only the idle ones.
+        """
+        if self.policy.name == "selective":
+            return list(range(workers))
         busy = {r.worker for r in self._running}
         return [w for w in range(workers) if w not in busy]
 

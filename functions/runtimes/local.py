@@ -221,6 +221,25 @@ class LocalRuntime(Runtime):
             self._all.append(container)
         return container, True
 
+    def provision(self, memory_mb: int, count: int) -> int:
+        """Start ``count`` warm containers of ``memory_mb`` now; returns how many started.
+
+        Lambda's provisioned concurrency: containers initialised ahead of the
+        invocations, so that the first ones are not cold starts. They start in parallel
+        and join the warm pool of their memory size.
+        """
+        self.prices.check_memory(memory_mb)
+        if count < 0:
+            raise ValueError(f"count must be >= 0, got {count}")
+        containers = [_Container(self.handler, memory_mb) for _ in range(count)]
+        with self._lock:
+            self._all.extend(containers)
+            warm = self._warm.setdefault(memory_mb, queue.SimpleQueue())
+        for container in containers:
+            container.wait_ready(timeout_s=120)
+            warm.put(container)
+        return len(containers)
+
     def close(self) -> None:
         self._pool.shutdown(wait=True)
         for container in self._all:

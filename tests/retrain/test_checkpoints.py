@@ -255,8 +255,8 @@ def test_a_delta_that_landed_after_the_crash_is_applied_as_a_stale_update(
     resumed.run_epoch(_config())
     late = [u for u in resumed.stats.used if u.computed_on == 1 and u.worker == 2]
     assert [(u.applied_in, u.staleness) for u in late] == [(2, 1)]
-    # As if the coordinator had not crashed: the worker sat the epoch out.
-    assert sorted(p["worker"] for p in runtime.submitted) == [0, 1]
+    # As if the coordinator had not crashed: every shard starts on the new snapshot.
+    assert sorted(p["worker"] for p in runtime.submitted) == [0, 1, 2]
     assert {p["snapshot_key"] for p in runtime.submitted} == {snapshot_key(JOB, 2)}
     assert not any(r.labels.get("recovered") for r in resumed.stats.invocations)
 

@@ -70,17 +70,23 @@ def test_selective_sync_does_not_wait_for_a_straggler_and_uses_its_update_later(
     window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
 ) -> None:
     factors = iter([30.0] + [1.0] * 1000)  # the very first invocation is a straggler
-    runtime = make_runtime(slowdown=lambda: next(factors))
+    runtime = make_runtime(concurrency=2 * WORKERS, slowdown=lambda: next(factors))
     backend = _backend(tmp_path, runtime, SyncPolicy.selective(2 / 3))
     backend.prepare(_model(window), window)
     first = backend.run_epoch(_config())
     assert first.details["kappa"] == 2 and first.details["in_flight"] == 1
+    straggler = next(r for r in backend._running if r.epoch == 0).worker
+    backend.run_epoch(_config())
+    # Every shard, the straggler's included, started again on the new snapshot.
+    used = {u.worker for u in backend.stats.used if u.computed_on == 1}
+    assert used | {r.worker for r in backend._running if r.epoch == 1} == set(range(WORKERS))
     deadline = time.monotonic() + 90
-    while not any(u.staleness > 0 for u in backend.stats.used):
+    late = []
+    while not late:
         assert time.monotonic() < deadline, "the straggler's update never arrived"
         backend.run_epoch(_config())
-    stale = [u for u in backend.stats.used if u.staleness > 0]
-    assert stale and stale[0].computed_on == 0
+        late = [u for u in backend.stats.used if u.computed_on == 0 and u.staleness > 0]
+    assert [u.worker for u in late] == [straggler]
     slow = max(backend.stats.invocations, key=lambda r: r.duration_s)
     assert first.duration_s < slow.duration_s  # the epoch did not wait for it
 
