@@ -9,6 +9,11 @@ knows the expected SHA-256 (the model registry stores it next to each version) u
 Archives are written deterministically (fixed member timestamps, sorted members), so the
 same arrays always give the same bytes and the same checksum: re-publishing an unchanged
 model is idempotent and checksums can be compared across machines.
+
+What only the coordinator and its workers exchange within a job (per-epoch snapshots
+and deltas, read λ times an epoch) is written by :func:`pack_arrays` instead: a JSON
+header and the raw buffers, no compression, read back with one ``frombuffer`` per
+array, about ten times faster than an ``.npz``. :func:`load_arrays` reads both.
 """
 
 from __future__ import annotations
@@ -16,6 +21,8 @@ from __future__ import annotations
 import hashlib
 import hmac
 import io
+import json
+import struct
 import zipfile
 
 import numpy as np
@@ -27,6 +34,7 @@ __all__ = [
     "dump_arrays",
     "load_arrays",
     "load_verified",
+    "pack_arrays",
     "model_from_bytes",
     "model_to_bytes",
     "sha256_hex",
@@ -68,8 +76,64 @@ def dump_arrays(arrays: dict[str, np.ndarray]) -> bytes:
     return buffer.getvalue()
 
 
+#: The first bytes of :func:`pack_arrays` output; an ``.npz`` starts with ``PK``.
+PACKED_MAGIC = b"DLPACK1\n"
+_HEADER_LENGTH = struct.Struct("<I")
+#: Booleans, integers, floats, complex numbers and fixed-width strings: plain bytes.
+_PACKABLE_KINDS = "biufcUS"
+
+
+def pack_arrays(arrays: dict[str, np.ndarray]) -> bytes:
+    """Serialise named arrays as ``PACKED_MAGIC``, a header length, a JSON header
+    (name, dtype, shape per array, sorted by name) and the arrays' little-endian bytes.
+
+    Deterministic like :func:`dump_arrays`, and as safe to read: no object dtypes.
+    """
+    header, buffers = [], []
+    for name in sorted(arrays):
+        if not isinstance(name, str) or not name:
+            raise ArtifactError(f"array names must be non-empty strings, got {name!r}")
+        value = np.asarray(arrays[name])
+        if value.dtype.hasobject or value.dtype.kind not in _PACKABLE_KINDS:
+            raise ArtifactError(
+                f"array {name!r} has dtype {value.dtype}; only numbers and strings pack"
+            )
+        value = value.astype(value.dtype.newbyteorder("<"), order="C", copy=False)
+        header.append({"name": name, "dtype": value.dtype.str, "shape": list(value.shape)})
+        buffers.append(value.tobytes())
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    return b"".join([PACKED_MAGIC, _HEADER_LENGTH.pack(len(encoded)), encoded, *buffers])
+
+
+def _unpack_arrays(data: bytes | bytearray | memoryview) -> dict[str, np.ndarray]:
+    view = memoryview(data)
+    start = len(PACKED_MAGIC) + _HEADER_LENGTH.size
+    if len(view) < start:
+        raise ArtifactError(f"packed arrays truncated in their header ({len(view)} bytes)")
+    (length,) = _HEADER_LENGTH.unpack_from(view, len(PACKED_MAGIC))
+    try:
+        header = json.loads(bytes(view[start : start + length]))
+        offset, out = start + length, {}
+        for entry in header:
+            dtype, shape = np.dtype(entry["dtype"]), tuple(int(n) for n in entry["shape"])
+            if dtype.hasobject or dtype.kind not in _PACKABLE_KINDS:
+                raise ValueError(f"array {entry['name']!r} has dtype {dtype}")
+            size = dtype.itemsize * int(np.prod(shape, dtype=np.int64))
+            if offset + size > len(view):
+                raise ValueError(f"array {entry['name']!r} runs past the end of the data")
+            flat = np.frombuffer(view[offset : offset + size], dtype=dtype)
+            out[str(entry["name"])] = flat.reshape(shape).astype(dtype.newbyteorder("="))
+            offset += size
+    except (ValueError, TypeError, KeyError) as exc:
+        raise ArtifactError(f"packed arrays are malformed ({len(view)} bytes): {exc}") from exc
+    if offset != len(view):
+        raise ArtifactError(f"packed arrays have {len(view) - offset} trailing bytes")
+    return out
+
+
 def load_arrays(data: bytes) -> dict[str, np.ndarray]:
-    """Read arrays written by :func:`dump_arrays` (or ``np.savez``), without pickle.
+    """Read arrays written by :func:`dump_arrays` (or ``np.savez``) or by
+    :func:`pack_arrays`, without pickle.
 
     Raises
     ------
@@ -79,6 +143,8 @@ def load_arrays(data: bytes) -> dict[str, np.ndarray]:
     """
     if not isinstance(data, bytes | bytearray | memoryview):
         raise ArtifactError(f"artifact data must be bytes, got {type(data).__name__}")
+    if bytes(data[: len(PACKED_MAGIC)]) == PACKED_MAGIC:
+        return _unpack_arrays(data)
     try:
         loaded = np.load(io.BytesIO(data), allow_pickle=False)
         if not isinstance(loaded, np.lib.npyio.NpzFile):

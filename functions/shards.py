@@ -42,7 +42,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from functions.artifacts import ArtifactError, dump_arrays, load_arrays, sha256_hex
+from functions.artifacts import ArtifactError, dump_arrays, load_arrays, pack_arrays, sha256_hex
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectStore, validate_key
 
@@ -284,7 +284,7 @@ def check_delta(delta: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
 
 def write_delta(store: ObjectStore, key: str, delta: Mapping[str, np.ndarray]) -> str:
     """Store a checked delta under `key`; returns the SHA-256 of the bytes written."""
-    data = dump_arrays(check_delta(delta))
+    data = pack_arrays(check_delta(delta))
     store.put(key, data)
     return sha256_hex(data)
 

@@ -13,7 +13,9 @@ Checkpoints: see :mod:`retrain.checkpoints`.
 
 References
 ----------
-SandPiper (papers/004) §III-B, Eq. 2; G. Joshi et al., "Slow and stale gradients can
+SandPiper (papers/004) §III-B, Eq. 2; W. Zhang, S. Gupta, X. Lian, J. Liu,
+"Staleness-aware async-SGD for distributed deep learning" (IJCAI 2016) for damping a
+stale update by its staleness; G. Joshi et al., "Slow and stale gradients can
 win the race" (2019) for κ-of-λ synchronisation.
 """
 
@@ -24,7 +26,8 @@ import json
 import logging
 import math
 import time
-from concurrent.futures import FIRST_COMPLETED, Future, wait
+from collections import deque
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,7 +39,7 @@ from functions.artifacts import (
     dump_arrays,
     load_arrays,
     model_from_bytes,
-    model_to_bytes,
+    pack_arrays,
     sha256_hex,
 )
 from functions.handler import WorkerTask
@@ -106,7 +109,7 @@ class SyncPolicy:
         return max(1, math.ceil(self.ratio * workers)) if self.name == "selective" else workers
 
 
-@dataclass
+@dataclass(eq=False)  # compared by identity: it holds the delta's arrays
 class _Running:
     """An invocation in flight: which shard, against which snapshot, which try."""
 
@@ -116,6 +119,8 @@ class _Running:
     task: WorkerTask
     future: Future[InvocationRecord]
     memory_mb: int
+    #: The worker's update, read from the store as soon as it arrives.
+    delta: dict[str, np.ndarray] | None = None
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -137,6 +142,8 @@ class UsedUpdate:
     duration_s: float
     cold_start: bool
     cost_usd: float
+    #: The share of its step the update got (1 when fresh; see ``_apply``).
+    weight: float = 1.0
 
     @property
     def staleness(self) -> int:
@@ -215,11 +222,15 @@ class DistributedBackend(TrainingBackend):
         self.max_retries = max_retries
         self.checkpoint = checkpoint
         self.stats = CoordinatorStats()
+        self._recorded: set[str] = set()  # request ids in stats.invocations
         #: The epochs run so far, as the job record keeps them (checkpointed).
         self.epochs: list[EpochRecord] = []
         self._model: BiasedMF | None = None
         self._epoch = 0
-        self._running: list[_Running] = []
+        # Invocations in flight, by future, in launch order.
+        self._running: dict[Future[InvocationRecord], _Running] = {}
+        # Futures in the order they completed, appended by their done callbacks.
+        self._arrivals: deque[Future[InvocationRecord]] = deque()
         self._sharded_for = 0
         self._snapshots = 0
         # The snapshot holding the model as it is now, until an update changes it.
@@ -239,6 +250,11 @@ class DistributedBackend(TrainingBackend):
     def model(self) -> BiasedMF:
         """The model being trained (updated in place each epoch)."""
         return self._require_model()
+
+    @property
+    def in_flight(self) -> list[tuple[int, int]]:
+        """``(worker, epoch)`` of every invocation still running or not yet collected."""
+        return [(r.worker, r.epoch) for r in self._running.values()]
 
     @property
     def epoch(self) -> int:
@@ -304,7 +320,7 @@ class DistributedBackend(TrainingBackend):
             "policy": {"name": self.policy.name, "ratio": self.policy.ratio},
             "timeout_s": self.timeout_s,
             "max_retries": self.max_retries,
-            "in_flight": [r.as_dict() for r in self._running],
+            "in_flight": [r.as_dict() for r in self._running.values()],
             "epochs": [dataclasses.asdict(e) for e in self.epochs],
             "stats": self.stats.as_dict(),
         }
@@ -412,6 +428,7 @@ class DistributedBackend(TrainingBackend):
         self._sharded_for = split if all(self.store.exists(k) for k in shards) else 0
         self.epochs = [EpochRecord(**e) for e in state["epochs"]]
         self.stats = CoordinatorStats.from_dict(state["stats"])
+        self._recorded = {r.request_id for r in self.stats.invocations}
         in_flight = [parse_in_flight(entry, self.store_url) for entry in state["in_flight"]]
         for worker, epoch, attempt, memory_mb, task in in_flight:
             self._requeue(worker, epoch, attempt, memory_mb, task)
@@ -444,6 +461,7 @@ class DistributedBackend(TrainingBackend):
             )
             future: Future[InvocationRecord] = Future()
             future.set_result(record)
+            future.add_done_callback(self._arrivals.append)
         elif self.store.exists(task.snapshot_key):
             future = self._submit(task, memory_mb)
         else:
@@ -457,7 +475,7 @@ class DistributedBackend(TrainingBackend):
                 }
             )
             return
-        self._running.append(_Running(worker, epoch, attempt, task, future, memory_mb))
+        self._running[future] = _Running(worker, epoch, attempt, task, future, memory_mb)
 
     def _delta_is_usable(self, key: str) -> bool:
         if not self.store.exists(key):
@@ -471,9 +489,10 @@ class DistributedBackend(TrainingBackend):
 
     def _drain(self) -> None:
         """Wait for invocations still running so nothing is left behind the job."""
-        for running in self._running:
+        for running in self._running.values():
             self._record(running.future.result())
-        self._running = []
+        self._running = {}
+        self._arrivals.clear()
 
     # -- epochs --------------------------------------------------------------------------
     def _run_selective(self, config: EpochConfig) -> None:
@@ -494,65 +513,85 @@ class DistributedBackend(TrainingBackend):
             for running in done:
                 if self._accept(running, config):
                     self._apply([running], weight=1.0 / config.workers)
-                if running.worker not in {r.worker for r in self._running}:  # not retrying
+                if running.worker not in {r.worker for r in self._running.values()}:  # not retrying
                     self._launch(running.worker, self._snapshot(), config, attempt=0)
 
     def _completed(self, first_only: bool = False) -> list[_Running]:
-        futures = [r.future for r in self._running]
-        done, _ = wait(futures, return_when=FIRST_COMPLETED)
-        finished = [r for r in self._running if r.future in done]
-        if first_only:
-            finished = finished[:1]
-        self._running = [r for r in self._running if r not in finished]
-        return finished
+        """The invocations that completed since the last call (the first one only, with
+        ``first_only``), waiting for one if none has. Done callbacks queue them as they
+        complete, so that a wait costs nothing when arrivals are already there, which
+        they are when λ is large."""
+        while not self._arrivals and self._running:
+            self.runtime.wait_any(list(self._running))
+        count = min(1 if first_only else len(self._arrivals), len(self._arrivals))
+        done = [self._arrivals.popleft() for _ in range(count)]
+        return [self._running.pop(f) for f in done if f in self._running]
 
     def _accept(self, running: _Running, config: EpochConfig) -> bool:
-        """True if the update is usable; failed workers are retried or dropped."""
+        """True if the update is usable, its delta read from the store now, while the
+        other workers still run. A failed worker, or one that said ok but whose delta
+        is missing or damaged, is retried or dropped."""
         record = running.future.result()
         self._record(record)
+        status, error = record.status, record.error
         if record.ok:
-            return True
+            try:
+                running.delta = read_delta(self.store, running.task.delta_key)
+                return True
+            except (ArtifactError, ObjectNotFound, ValueError) as exc:
+                status, error = "bad_delta", str(exc)
         self.stats.failures.append(
             {
                 "worker": running.worker,
                 "epoch": running.epoch,
                 "attempt": running.attempt,
-                "status": record.status,
-                "error": record.error,
+                "status": status,
+                "error": error,
             }
         )
         if running.attempt < self.max_retries:
             retry = self._submit(running.task, config.memory_mb)
-            self._running.append(
-                _Running(
-                    running.worker,
-                    running.epoch,
-                    running.attempt + 1,
-                    running.task,
-                    retry,
-                    config.memory_mb,
-                )
+            self._running[retry] = _Running(
+                running.worker,
+                running.epoch,
+                running.attempt + 1,
+                running.task,
+                retry,
+                config.memory_mb,
             )
         return False
 
     def _apply(self, updates: list[_Running], weight: float) -> None:
-        if not updates:
-            return
-        deltas = [read_delta(self.store, r.task.delta_key) for r in updates]
-        apply_delta(self._require_model(), average_deltas(deltas), weight=weight)
-        self._current = None  # the model moved on from its last snapshot
+        """Fold arrived updates into the model: the fresh ones averaged (Eq. 2), then the
+        stale ones, averaged by staleness τ and damped to ``weight / (1 + τ)``.
+
+        Damping by staleness follows the staleness-aware rule of Zhang et al. (2016):
+        an update computed τ epochs ago gets a step shrunk in proportion. Applied as its
+        own step after the fresh average, rather than averaged with it, a straggler's
+        update adds its shard's progress instead of diluting the fresh ones'.
+        """
+        by_staleness: dict[int, list[_Running]] = {}
         for r in updates:
-            record = r.future.result()
-            self.stats.used.append(
-                UsedUpdate(
-                    r.worker,
-                    r.epoch,
-                    self._epoch,
-                    record.duration_s,
-                    record.cold_start,
-                    record.cost_usd,
+            if r.delta is not None:
+                by_staleness.setdefault(self._epoch - r.epoch, []).append(r)
+        for staleness, group in sorted(by_staleness.items()):
+            damped = weight / (1 + staleness)
+            deltas = [r.delta for r in group if r.delta is not None]
+            apply_delta(self._require_model(), average_deltas(deltas), weight=damped)
+            self._current = None  # the model moved on from its last snapshot
+            for r in group:
+                record = r.future.result()
+                self.stats.used.append(
+                    UsedUpdate(
+                        r.worker,
+                        r.epoch,
+                        self._epoch,
+                        record.duration_s,
+                        record.cold_start,
+                        record.cost_usd,
+                        damped,
+                    )
                 )
-            )
 
     # -- launching -------------------------------------------------------------------------
     def _shard(self, workers: int) -> None:
@@ -572,7 +611,7 @@ class DistributedBackend(TrainingBackend):
         the one the next epoch's workers pull.
         """
         if self._current is None:
-            data = model_to_bytes(self._require_model())
+            data = pack_arrays(self._require_model().to_arrays())
             key = snapshot_key(self.job_id, self._snapshots)
             self._snapshots += 1
             self.store.put(key, data)
@@ -592,7 +631,7 @@ class DistributedBackend(TrainingBackend):
         """
         if self.policy.name == "selective":
             return list(range(workers))
-        busy = {r.worker for r in self._running}
+        busy = {r.worker for r in self._running.values()}
         return [w for w in range(workers) if w not in busy]
 
     def _launch(
@@ -614,20 +653,24 @@ class DistributedBackend(TrainingBackend):
             snapshot_sha256=digest,
         )
         future = self._submit(task, config.memory_mb)
-        self._running.append(_Running(worker, self._epoch, attempt, task, future, config.memory_mb))
+        running = _Running(worker, self._epoch, attempt, task, future, config.memory_mb)
+        self._running[future] = running
 
     def _submit(self, task: WorkerTask, memory_mb: int) -> Future[InvocationRecord]:
-        return self.runtime.submit(
+        future = self.runtime.submit(
             task.as_event(),
             memory_mb=memory_mb,
             timeout_s=self.timeout_s,
             worker=task.worker,
             epoch=task.epoch,
         )
+        future.add_done_callback(self._arrivals.append)
+        return future
 
     def _record(self, record: InvocationRecord) -> None:
         # A recovered update was billed to the crashed coordinator, which kept no record.
         if record.labels.get("recovered"):
             return
-        if record not in self.stats.invocations:
+        if record.request_id not in self._recorded:
+            self._recorded.add(record.request_id)
             self.stats.invocations.append(record)

@@ -7,8 +7,8 @@ coordinator never branches on which one runs its workers.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from concurrent.futures import Future
+from collections.abc import Callable, Collection
+from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -51,6 +51,10 @@ class Runtime(ABC):
         self, payload: dict[str, Any], memory_mb: int, timeout_s: float, **labels: Any
     ) -> Future[InvocationRecord]:
         """Start one invocation; the future resolves to its record, never raises."""
+
+    def wait_any(self, futures: Collection[Future[InvocationRecord]]) -> None:
+        """Return once at least one of `futures` (of this runtime) is done."""
+        wait(futures, return_when=FIRST_COMPLETED)
 
     @abstractmethod
     def close(self) -> None:

@@ -15,6 +15,7 @@ from functions.artifacts import (
     load_verified,
     model_from_bytes,
     model_to_bytes,
+    pack_arrays,
     sha256_hex,
 )
 from functions.mf import BiasedMF
@@ -76,6 +77,52 @@ def test_object_arrays_are_refused_both_ways() -> None:
 def test_damaged_bytes_raise_artifact_error(data: bytes) -> None:
     with pytest.raises(ArtifactError):
         load_arrays(data)
+
+
+NUMBERS = {
+    "weights": np.arange(12, dtype=np.float64).reshape(3, 4)[::-1],  # not contiguous
+    "rows": np.array([], dtype=np.int64),
+    "scalar": np.array(0.25),
+    "big_endian": np.arange(5, dtype=">i4"),
+    "flags": np.array([True, False]),
+    "ids": np.array(["a", "bé", "c"]),
+}
+
+
+def test_packed_arrays_round_trip_exactly_and_writable() -> None:
+    data = pack_arrays(NUMBERS)
+    assert pack_arrays(dict(reversed(NUMBERS.items()))) == data  # deterministic
+    loaded = load_arrays(data)
+    assert loaded.keys() == NUMBERS.keys()
+    for name, value in NUMBERS.items():
+        np.testing.assert_array_equal(loaded[name], value)
+        assert loaded[name].dtype == value.dtype.newbyteorder("=")  # read in native order
+        assert loaded[name].shape == value.shape
+        assert loaded[name].flags.writeable  # a snapshot is trained in place
+    assert load_verified(data, sha256_hex(data)).keys() == NUMBERS.keys()
+
+
+def test_packing_refuses_what_is_not_a_number() -> None:
+    with pytest.raises(ArtifactError, match="only numbers and strings pack"):
+        pack_arrays({"when": np.array(["2026-11-22"], dtype="datetime64[D]")})
+    with pytest.raises(ArtifactError, match="only numbers and strings pack"):
+        pack_arrays({"bad": np.array([{"a": 1}], dtype=object)})
+
+
+@pytest.mark.parametrize(
+    ("damage", "named"),
+    [
+        (lambda d: d[:10], "truncated in their header"),
+        (lambda d: d[:-8], "runs past the end"),
+        (lambda d: d + b"\0", "trailing bytes"),
+        (lambda d: d[:12] + b"{not json" + d[21:], "malformed"),
+        (lambda d: d.replace(b"<f8", b"|O8", 1), "malformed"),
+    ],
+    ids=["header", "tail", "trailing", "json", "object-dtype"],
+)
+def test_damaged_packed_arrays_raise_artifact_error(damage, named: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ArtifactError, match=named):
+        load_arrays(damage(pack_arrays(NUMBERS)))
 
 
 def test_bare_npy_is_not_an_artifact() -> None:

@@ -75,11 +75,11 @@ def test_selective_sync_does_not_wait_for_a_straggler_and_uses_its_update_later(
     backend.prepare(_model(window), window)
     first = backend.run_epoch(_config())
     assert first.details["kappa"] == 2 and first.details["in_flight"] == 1
-    straggler = next(r for r in backend._running if r.epoch == 0).worker
+    straggler = next(worker for worker, epoch in backend.in_flight if epoch == 0)
     backend.run_epoch(_config())
     # Every shard, the straggler's included, started again on the new snapshot.
     used = {u.worker for u in backend.stats.used if u.computed_on == 1}
-    assert used | {r.worker for r in backend._running if r.epoch == 1} == set(range(WORKERS))
+    assert used | {w for w, epoch in backend.in_flight if epoch == 1} == set(range(WORKERS))
     deadline = time.monotonic() + 90
     late = []
     while not late:
@@ -143,6 +143,6 @@ def test_asp_retries_a_failed_worker_once_instead_of_also_relaunching_it(
     while not backend.stats.failures:
         assert time.monotonic() < deadline, "the slow worker never timed out"
         backend.run_epoch(_config())
-        in_flight = [r.worker for r in backend._running]
+        in_flight = [worker for worker, _ in backend.in_flight]
         assert len(in_flight) == len(set(in_flight)) == WORKERS  # one invocation per shard
     assert [f["status"] for f in backend.stats.failures] == ["timeout"]

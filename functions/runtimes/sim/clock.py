@@ -89,6 +89,8 @@ class SimFuture(Future):
         self._waiters = _Waiters(sim)
         #: The invocation's record, filled in as it starts and completes.
         self.record = record
+        #: Set by the runtime as the invocation completes; cheaper to read than ``done()``.
+        self.completed = False
         self.set_running_or_notify_cancel()
 
     def result(self, timeout: float | None = None) -> InvocationRecord:

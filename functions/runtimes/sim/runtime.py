@@ -6,8 +6,9 @@ import bisect
 import heapq
 import itertools
 import threading
+import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,20 @@ class _Invocation:
     timeout_s: float
     submitted: float
     status: str = OK
+
+
+class _SimContext:
+    """The part of Lambda's context object a worker uses, for an executed invocation."""
+
+    function_name = "driftline-worker"
+
+    def __init__(self, request_id: str, memory_mb: int, timeout_s: float) -> None:
+        self.aws_request_id = request_id
+        self.memory_limit_in_mb = memory_mb
+        self._remaining_ms = int(timeout_s * 1000)
+
+    def get_remaining_time_in_millis(self) -> int:
+        return self._remaining_ms
 
 
 def _label_int(labels: dict[str, Any], name: str) -> int | None:
@@ -75,6 +90,18 @@ class SimRuntime(Runtime):
         does, instead of timing out.
     write_deltas
         Write an empty delta to each successful worker event's ``delta_key``.
+    execute
+        A worker handler (``functions.handler.handler``) run in this process when an
+        invocation completes in virtual time: the result and the delta are the real
+        ones, only the duration is simulated. So the coordinator's losses are real
+        while λ = 256 workers take no real cores. The handler is told it has its whole
+        time limit left (whether it overran is the model's call, ``stop_early``); if it
+        raises, the invocation fails with ``error``.
+    charge_caller
+        Add the caller's own real seconds between its calls into the runtime (a
+        coordinator averaging updates and writing snapshots) to virtual time, so that
+        time spent outside the workers is not free. The runtime's own work (reading a
+        shard's size, running ``execute``) is not charged.
     """
 
     name = "sim"
@@ -90,7 +117,11 @@ class SimRuntime(Runtime):
         keep_warm_s: float = 600.0,
         stop_early: bool = True,
         write_deltas: bool = False,
+        execute: Callable[[dict[str, Any], Any], dict[str, Any]] | None = None,
+        charge_caller: bool = False,
     ) -> None:
+        if write_deltas and execute is not None:
+            raise ValueError("write_deltas and execute exclude each other: execute writes deltas")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise ValueError(f"concurrency must be an integer >= 1, got {concurrency!r}")
         check_number("keep_warm_s", keep_warm_s, allow_inf=True)
@@ -103,6 +134,9 @@ class SimRuntime(Runtime):
         self.keep_warm_s = keep_warm_s
         self.stop_early = stop_early
         self.write_deltas = write_deltas
+        self.execute = execute
+        self.charge_caller = charge_caller
+        self._left_at: float | None = None  # when control last went back to the caller
         self.records: list[InvocationRecord] = []
         self._rng = np.random.default_rng(seed)
         self._lock = threading.RLock()
@@ -123,6 +157,7 @@ class SimRuntime(Runtime):
             raise ValueError(f"timeout_s must be in (0, {self.prices.timeout_s_max}]")
         if self._closed:
             raise RuntimeError("cannot submit to a closed runtime")
+        self._charge_caller_time()
         work, failure = self._work(payload, labels)
         with self._lock:
             record = InvocationRecord(
@@ -136,7 +171,14 @@ class SimRuntime(Runtime):
                 self._start(invocation)
             else:
                 self._queue.append(invocation)
+        self._left_at = time.perf_counter()
         return future
+
+    def _charge_caller_time(self) -> None:
+        """Move virtual time on by the real seconds the caller spent since its last call."""
+        if self.charge_caller and self._left_at is not None:
+            spent = time.perf_counter() - self._left_at
+            self.clock.advance_to(self.clock.now + spent)
 
     def _work(
         self, payload: dict[str, Any], labels: dict[str, Any]
@@ -219,6 +261,7 @@ class SimRuntime(Runtime):
     def step(self) -> SimFuture | None:
         """Complete the next invocation in virtual time; its future, or None if idle."""
         with self._lock:
+            self._charge_caller_time()
             if not self._events:
                 return None
             finish, _, invocation = heapq.heappop(self._events)
@@ -232,9 +275,35 @@ class SimRuntime(Runtime):
                 self._start(self._queue.popleft())
             if self.write_deltas and record.ok:
                 self._write_empty_delta(invocation.payload)
+            if self.execute is not None and record.ok:
+                self._execute(invocation)
             self.records.append(record)
+            invocation.future.completed = True
             invocation.future.set_result(record)
+            self._left_at = time.perf_counter()
             return invocation.future
+
+    def _execute(self, invocation: _Invocation) -> None:
+        record = invocation.record
+        assert self.execute is not None
+        context = _SimContext(record.request_id, record.memory_mb, invocation.timeout_s)
+        try:
+            record.result = self.execute(invocation.payload, context)
+        except Exception as exc:  # as the local runtime: the invocation fails, nothing else
+            record.status, record.error = ERROR, f"{type(exc).__name__}: {exc}"
+
+    def wait_any(self, futures: Collection[Future[InvocationRecord]]) -> None:
+        """Advance until one of `futures` is done (or nothing is left to complete).
+
+        What ``concurrent.futures.wait(..., FIRST_COMPLETED)`` does on this runtime, but
+        without installing a waiter on every future at every call, which costs a
+        coordinator with hundreds of workers in flight more than its own work.
+        """
+        if any(getattr(f, "completed", True) for f in futures):  # non-sim futures: done
+            return
+        targets = set(futures)
+        while (future := self.step()) is not None and future not in targets:
+            pass
 
     def run_until(self, future: Future) -> None:
         """Advance until `future` is done (or nothing is left to complete)."""
