@@ -236,6 +236,8 @@ class DistributedBackend(TrainingBackend):
         # The snapshot holding the model as it is now, until an update changes it.
         self._current: tuple[str, str] | None = None
         self._window: tuple[str, str] | None = None
+        self._shares: dict[str, np.ndarray] = {}
+        self._shares_for = 0
 
     # -- TrainingBackend ---------------------------------------------------------------
     def prepare(self, model: BiasedMF, train: RatingsWindow) -> None:
@@ -245,6 +247,7 @@ class DistributedBackend(TrainingBackend):
         self._ratings = np.asarray(train.ratings, dtype=np.float64)
         self._order = np.random.default_rng(self.seed).permutation(len(self._ratings))
         self._current = self._window = None
+        self._shares_for = 0  # new data: shares recomputed
 
     @property
     def model(self) -> BiasedMF:
@@ -419,6 +422,7 @@ class DistributedBackend(TrainingBackend):
             )
         self._model = model
         self._users, self._items, self._ratings, self._order = users, items, ratings, order
+        self._shares_for = 0
         self._current = (model_ref["key"], model_ref["sha256"])
         self._window = (window_ref["key"], window_ref["sha256"])
         self._epoch = int(state["next_epoch"])
@@ -507,12 +511,19 @@ class DistributedBackend(TrainingBackend):
         self._apply(arrived, weight=1.0)
 
     def _run_asp(self, config: EpochConfig) -> None:
-        """Apply each update on arrival and relaunch its worker: λ arrivals per epoch."""
+        """Apply each update on arrival and relaunch its worker: λ arrivals per epoch.
+
+        Each row of an update is scaled by 1 / (shards holding the row), so that the λ
+        updates of an epoch add up to one averaged step per row, as BSP's average
+        does; ASP differs from BSP only in applying them one by one, stale.
+        """
+        shares = self._row_shares(config.workers)
         for _ in range(config.workers):
             done = self._completed(first_only=True)
             for running in done:
                 if self._accept(running, config):
-                    self._apply([running], weight=1.0 / config.workers)
+                    _scale_rows(running.delta, shares)
+                    self._apply([running], weight=1.0)
                 if running.worker not in {r.worker for r in self._running.values()}:  # not retrying
                     self._launch(running.worker, self._snapshot(), config, attempt=0)
 
@@ -603,6 +614,24 @@ class DistributedBackend(TrainingBackend):
             write_shard(self.store, key, self._users[rows], self._items[rows], self._ratings[rows])
         self._sharded_for = workers
 
+    def _row_shares(self, workers: int) -> dict[str, np.ndarray]:
+        """Per user and item row, 1 / (number of the ``workers`` shards holding it)."""
+        if self._shares_for != workers:
+            model = self._require_model()
+            shard_of = np.empty(len(self._order), dtype=np.int64)
+            for worker, rows in enumerate(np.array_split(self._order, workers)):
+                shard_of[rows] = worker
+            self._shares = {}
+            for side, codes, size in (
+                ("user", self._users, model.n_users),
+                ("item", self._items, model.n_items),
+            ):
+                pairs = np.unique(codes * workers + shard_of)  # distinct (row, shard)
+                holding = np.bincount(pairs // workers, minlength=size)
+                self._shares[side] = 1.0 / np.maximum(holding, 1)
+            self._shares_for = workers
+        return self._shares
+
     def _snapshot(self) -> tuple[str, str]:
         """The snapshot of the model as it is now, written if there is none yet.
 
@@ -674,3 +703,13 @@ class DistributedBackend(TrainingBackend):
         if record.request_id not in self._recorded:
             self._recorded.add(record.request_id)
             self.stats.invocations.append(record)
+
+
+def _scale_rows(delta: dict[str, np.ndarray] | None, shares: dict[str, np.ndarray]) -> None:
+    """Scale each row of `delta` by its side's share, in place."""
+    if delta is None:
+        return
+    for side, share in shares.items():
+        weights = share[delta[f"{side}_rows"]]
+        delta[f"{side}_bias"] = delta[f"{side}_bias"] * weights
+        delta[f"{side}_factors"] = delta[f"{side}_factors"] * weights[:, None]

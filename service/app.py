@@ -20,7 +20,6 @@ from service.pipeline import Pipeline
 from service.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database, is_unavailable
-from service.store.jobs import fail_interrupted_jobs
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +28,10 @@ def build_pipeline(settings: Settings, *, background_retrain: bool = True) -> Pi
     """Database, object store, registry and pipeline, restored from what is stored."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url)
-    with db.begin() as conn:
-        interrupted = fail_interrupted_jobs(conn)
-    if interrupted:
-        log.warning("marked %d retraining job(s) interrupted by the last shutdown", interrupted)
     registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
     pipeline = Pipeline(settings, db, registry, Metrics(), background_retrain=background_retrain)
     pipeline.restore()
+    pipeline.retrainer.resume_interrupted()
     return pipeline
 
 

@@ -21,12 +21,14 @@ from retrain import (
     ConvergenceRule,
     EpochRecord,
     InProcessBackend,
+    JobResult,
     RatingsWindow,
     TrainingBackend,
     WindowPolicy,
     run_training,
     starting_model,
 )
+from retrain.checkpoints import CheckpointError, read_checkpoint
 from retrain.coordinator import DistributedBackend, SyncPolicy
 from service.metrics import Metrics
 from service.registry import LoadedVersion, ModelRegistry
@@ -34,9 +36,13 @@ from service.settings import Settings
 from service.store import Database
 from service.store.alerts import attach_alert
 from service.store.events import LabelledEvents, labelled_events, max_event_id, sample_labelled
-from service.store.jobs import add_epoch, create_job, update_job
+from service.store.jobs import active_jobs, add_epoch, create_job, get_job, update_job
 
 log = logging.getLogger(__name__)
+
+#: In-flight invocations the local runtime allows per worker: selective sync starts a
+#: straggler's shard again while the straggler still runs, as Lambda would.
+_LOCAL_CONCURRENCY = 2
 
 
 class JobAlreadyRunning(RuntimeError):
@@ -164,10 +170,10 @@ class Retrainer:
                 attach_alert(conn, alert_id, job_id)
         return job_id
 
-    def _run(self, job_id: int) -> None:
+    def _run(self, job_id: int, train: Callable[[int], None] | None = None) -> None:
         started = time.perf_counter()
         try:
-            self._train(job_id)
+            (train or self._train)(job_id)
         except Exception as exc:  # a failed job must be recorded, never kill the service
             log.exception("retraining job %s failed", job_id)
             with self.db.begin() as conn:
@@ -198,25 +204,36 @@ class Retrainer:
         template = BiasedMF(s.factors, s.learning_rate, s.regularization, seed=s.seed)
         model = starting_model(base.model if base else None, template, window)
         backend = self._backend(job_id)
-        config = EpochConfig(
+        result = run_training(
+            model,
+            window,
+            backend,
+            StaticConfigurator(self._epoch_config()),
+            self._rule(),
+            on_epoch=lambda record: self._record_epoch(job_id, record),
+        )
+        self._publish(job_id, result, backend, up_to)
+
+    def _epoch_config(self) -> EpochConfig:
+        s = self.settings
+        return EpochConfig(
             s.batch_size,
             s.learning_rate,
             workers=s.retrain_workers,
             sync_ratio=s.retrain_sync_ratio,
             memory_mb=s.retrain_memory_mb,
         )
-        result = run_training(
-            model,
-            window,
-            backend,
-            StaticConfigurator(config),
-            ConvergenceRule(
-                target_loss=s.target_loss,
-                max_epochs=s.max_epochs,
-                latency_cap_s=s.latency_cap_seconds,
-            ),
-            on_epoch=lambda record: self._record_epoch(job_id, record),
+
+    def _rule(self) -> ConvergenceRule:
+        s = self.settings
+        return ConvergenceRule(
+            target_loss=s.target_loss, max_epochs=s.max_epochs, latency_cap_s=s.latency_cap_seconds
         )
+
+    def _publish(
+        self, job_id: int, result: JobResult, backend: TrainingBackend, up_to: int
+    ) -> None:
+        """Publish a finished job's model, swap it in and close the job record."""
         invocations = _invocations(backend)  # stragglers finished after the last epoch count
         published = self.registry.publish(
             result.model, last_event_id=up_to, job_id=job_id, rmse=result.holdout_rmse
@@ -243,20 +260,113 @@ class Retrainer:
             published.version,
         )
 
+    # -- restarts -------------------------------------------------------------------
+    def resume_interrupted(self) -> int | None:
+        """Carry on the job a previous process left running; returns its id, if any.
+
+        A distributed job checkpoints its coordinator after every epoch, so a restart
+        loses at most the epoch in flight: the newest running job with a checkpoint
+        resumes from it (in the background, like any job), its stragglers' updates
+        still used. Jobs that cannot resume (in-process training, no checkpoint yet, a
+        damaged one) are marked failed, saying why, rather than shown running forever.
+        """
+        with self.db.connect() as conn:
+            jobs = active_jobs(conn)
+        resumable, reasons = None, {}
+        for job in sorted(jobs, key=lambda j: int(j["id"]), reverse=True):
+            reason = self._why_not_resumable(job) if resumable is None else None
+            if reason is None and resumable is None:
+                resumable = int(job["id"])
+            else:
+                reasons[int(job["id"])] = reason or "interrupted by a restart"
+        with self.db.begin() as conn:
+            for job_id, reason in reasons.items():
+                update_job(conn, job_id, status="failed", error=reason, finished_at=time.time())
+        for job_id, reason in reasons.items():
+            log.warning("retraining job %s: %s", job_id, reason)
+        if resumable is None:
+            return None
+        with self._lock:
+            self._active = resumable
+        log.info("retraining job %s: resuming from its checkpoint", resumable)
+        if self._background:
+            self._thread = threading.Thread(
+                target=self._run, args=(resumable, self._resume), daemon=True
+            )
+            self._thread.start()
+        else:
+            self._run(resumable, self._resume)
+        return resumable
+
+    def _why_not_resumable(self, job: dict[str, Any]) -> str | None:
+        if job["runtime"] == "inprocess" or self.settings.retrain_runtime == "inprocess":
+            return "interrupted by a restart (in-process training keeps no checkpoint)"
+        if job["status"] != "running" or job["last_event_id"] is None:
+            return "interrupted by a restart before it started"
+        try:
+            found = read_checkpoint(self.registry.store, _coordinator_job(int(job["id"])))
+        except CheckpointError as exc:
+            return f"interrupted by a restart; its checkpoint is unusable: {exc}"
+        if found is None:
+            return "interrupted by a restart before its first checkpoint"
+        return None
+
+    def _resume(self, job_id: int) -> None:
+        with self.db.connect() as conn:
+            job = get_job(conn, job_id)
+        assert job is not None
+        since = 0
+        if job["base_version"] is not None:
+            since = self.registry.load(job["base_version"]).last_event_id
+        up_to = int(job["last_event_id"])
+        # The same window as before the restart: events (since, up_to] and the same
+        # evenly spaced history sample; only its holdout is used, the coordinator's
+        # checkpoint holds the training part.
+        window = WindowPolicy(self.settings.history_sample).build(
+            StoreWindowSource(self.db), since, up_to
+        )
+        backend = DistributedBackend.resume(
+            self._function_runtime(),
+            self.registry.store,
+            self.settings.resolved_object_store_url,
+            _coordinator_job(job_id),
+        )
+        if backend is None:
+            raise RuntimeError(f"the checkpoint of job {job_id} disappeared")
+        recorded = {int(e["epoch"]) for e in job["epochs"]}
+        for record in backend.epochs:  # an epoch checkpointed just before the crash
+            if record.epoch not in recorded:
+                self._record_epoch(job_id, record)
+        result = run_training(
+            None,
+            window,
+            backend,
+            StaticConfigurator(self._epoch_config()),
+            self._rule(),
+            on_epoch=lambda record: self._record_epoch(job_id, record),
+            history=backend.epochs,
+            prepare=False,
+        )
+        self._publish(job_id, result, backend, up_to)
+
+    def _function_runtime(self) -> LocalRuntime:
+        if self._runtime is None:
+            workers = self.settings.retrain_workers
+            self._runtime = LocalRuntime(concurrency=_LOCAL_CONCURRENCY * workers)
+        return self._runtime
+
     def _backend(self, job_id: int) -> TrainingBackend:
         """Where this job's epochs run, as the settings say."""
         s = self.settings
         if s.retrain_runtime == "inprocess":
             return InProcessBackend(seed=s.seed)
-        if self._runtime is None:
-            self._runtime = LocalRuntime()
         ratio = s.retrain_sync_ratio
         policy = SyncPolicy.bsp() if ratio >= 1 else SyncPolicy.selective(ratio)
         return DistributedBackend(
-            self._runtime,
+            self._function_runtime(),
             self.registry.store,
             s.resolved_object_store_url,
-            f"job-{job_id}",
+            _coordinator_job(job_id),
             policy,
             seed=s.seed or 0,
         )
@@ -277,6 +387,11 @@ class Retrainer:
                 duration_s=record.duration_s,
                 config=record.config,
             )
+
+
+def _coordinator_job(job_id: int) -> str:
+    """The coordinator's name for a job: its snapshots, deltas and checkpoint keys."""
+    return f"job-{job_id}"
 
 
 def _invocations(backend: TrainingBackend) -> list[dict[str, Any]] | None:

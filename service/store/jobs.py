@@ -48,17 +48,14 @@ def add_epoch(
     )
 
 
-def fail_interrupted_jobs(conn: Connection) -> int:
-    """Mark jobs a previous process left queued or running as failed; returns how many.
-
-    An in-process job dies with its process; saying so beats showing it running forever.
-    """
-    result = conn.execute(
-        update(retrain_jobs)
+def active_jobs(conn: Connection) -> list[dict[str, Any]]:
+    """Jobs queued or running, oldest first, with their epochs."""
+    query = (
+        select(retrain_jobs)
         .where(retrain_jobs.c.status.in_(ACTIVE_STATUSES))
-        .values(status="failed", error="interrupted by a restart", finished_at=time.time())
+        .order_by(retrain_jobs.c.id)
     )
-    return int(result.rowcount or 0)
+    return [_with_epochs(conn, dict(row._mapping)) for row in conn.execute(query)]
 
 
 def list_jobs(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:

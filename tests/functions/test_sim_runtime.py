@@ -6,6 +6,7 @@ import math
 import time
 from concurrent.futures import ALL_COMPLETED, FIRST_COMPLETED, as_completed, wait
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -380,3 +381,76 @@ def test_the_coordinator_runs_unchanged_on_the_simulator(store: FileObjectStore)
     assert 0 < ends[0] < ends[1] < ends[2]
     assert len(backend.stats.used) >= 6
     assert all(r.result is None for r in backend.stats.invocations)
+
+
+def _window_and_model(seed: int = 1) -> tuple[Any, BiasedMF]:
+    from retrain.window import RatingsWindow
+
+    rng = np.random.default_rng(seed)
+    window = RatingsWindow(
+        [f"u{x}" for x in rng.integers(0, 30, 900)],
+        [f"i{x}" for x in rng.integers(0, 40, 900)],
+        rng.uniform(1, 5, 900),
+    )
+    model = BiasedMF(factors=4, seed=0)
+    model.global_mean = float(window.ratings.mean())
+    model.grow(window.user_ids, window.item_ids)
+    return window, model
+
+
+def _bsp_losses(runtime: Any, store: FileObjectStore, epochs: int) -> list[float]:
+    from configurator.space import EpochConfig
+    from retrain.coordinator import DistributedBackend, SyncPolicy
+
+    window, model = _window_and_model()
+    backend = DistributedBackend(runtime, store, store.url, "job", SyncPolicy.bsp(), timeout_s=60)
+    backend.prepare(model, window)
+    config = EpochConfig(batch_size=64, learning_rate=0.05, workers=4, memory_mb=1769)
+    return [backend.run_epoch(config).loss for _ in range(epochs)]
+
+
+def test_executed_workers_train_for_real_and_match_the_in_process_runtime(
+    tmp_path: Path,
+) -> None:
+    from functions.handler import handler
+    from tests.retrain.test_checkpoints import InlineRuntime
+
+    reference = _bsp_losses(InlineRuntime(), FileObjectStore(tmp_path / "inline"), 3)
+    with SimRuntime(NOISY, seed=1, execute=handler) as sim:
+        losses = _bsp_losses(sim, FileObjectStore(tmp_path / "sim"), 3)
+        records = list(sim.records)
+    assert losses == pytest.approx(reference, rel=1e-9)
+    assert losses[-1] < losses[0]
+    assert all(r.ok and r.result["samples_trained"] == r.result["samples"] for r in records)
+    assert all(r.duration_s != r.result["duration_s"] for r in records)  # virtual, not real
+
+
+def test_an_executed_worker_that_raises_fails_its_invocation(store: FileObjectStore) -> None:
+    def broken(event: dict[str, Any], context: Any) -> dict[str, Any]:
+        raise RuntimeError(f"cannot train {event['worker']} in {context.memory_limit_in_mb} MB")
+
+    with SimRuntime(MODEL, execute=broken) as sim:
+        record = sim.submit(_event(store, 500), 1769, 900).result()
+    assert record.status == ERROR and record.error == "RuntimeError: cannot train 0 in 1769 MB"
+    with pytest.raises(ValueError, match="exclude each other"):
+        SimRuntime(MODEL, write_deltas=True, execute=broken)
+
+
+@pytest.mark.parametrize("charge", [False, True])
+def test_the_callers_own_time_is_charged_to_virtual_time_when_asked(
+    store: FileObjectStore, charge: bool
+) -> None:
+    with SimRuntime(MODEL, charge_caller=charge) as sim:
+        first = sim.submit({}, 1769, 900, samples=100)
+        time.sleep(0.2)  # the caller's own work, between two calls into the runtime
+        second = sim.submit({}, 1769, 900, samples=100)
+        wait([first, second])
+        time.sleep(0.2)
+        sim.run()
+    assert (second.record.queued_s, first.result().duration_s) == (0.0, second.result().duration_s)
+    ends = sim.clock.now - second.result().duration_s
+    if charge:
+        assert 0.2 <= ends < 0.4 + 0.1  # the first sleep delayed the second launch...
+        assert sim.clock.now >= 0.4  # ...and the second one moved the clock on
+    else:
+        assert ends == 0.0 and sim.clock.now == second.result().duration_s

@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from retrain import EpochRecord
 from service.app import build_pipeline
 from service.pipeline import Pipeline
 from service.serving import ServingModel
@@ -59,6 +60,7 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Pi
 
     yield make
     for pipeline in built:
+        pipeline.retrainer.close()
         pipeline.db.dispose()
 
 
@@ -260,18 +262,62 @@ def test_a_restart_skips_a_corrupted_newest_version(
     assert restarted.current.version == "v0001"
 
 
-def test_a_restart_fails_jobs_the_previous_process_left_running(
+def test_a_restart_fails_jobs_that_cannot_resume_saying_why(
     served: Pipeline, make_pipeline: Callable[[], Pipeline]
 ) -> None:
     with served.db.begin() as conn:
-        job_id = create_job(conn, policy="adwin", trigger="drift", runtime="inprocess", params={})
-        update_job(conn, job_id, status="running")
+        inprocess = create_job(
+            conn, policy="adwin", trigger="drift", runtime="inprocess", params={}
+        )
+        update_job(conn, inprocess, status="running", last_event_id=300)
+        unstarted = create_job(conn, policy="adwin", trigger="drift", runtime="local", params={})
+        unsaved = create_job(conn, policy="adwin", trigger="drift", runtime="local", params={})
+        update_job(conn, unsaved, status="running", last_event_id=300)
     restarted = make_pipeline()
     with restarted.db.connect() as conn:
-        job = get_job(conn, job_id)
-    assert job is not None
-    assert job["status"] == "failed"
-    assert job["error"]
+        jobs = {j: get_job(conn, j) for j in (inprocess, unstarted, unsaved)}
+    errors = {j: job["error"] for j, job in jobs.items() if job and job["status"] == "failed"}
+    assert errors == {
+        inprocess: "interrupted by a restart (in-process training keeps no checkpoint)",
+        unstarted: "interrupted by a restart before it started",
+        unsaved: "interrupted by a restart before its first checkpoint",
+    }
+    assert restarted.retrainer.active_job_id is None
+
+
+class _Crash(BaseException):
+    """The process dying: nothing in the service catches it."""
+
+
+@pytest.mark.slow
+def test_a_restart_resumes_a_distributed_job_from_its_checkpoint(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+) -> None:
+    assert served.current is not None  # the bootstrap job ran
+    record_epoch = served.retrainer._record_epoch
+
+    def crash_after_checkpointing_epoch_2(job_id: int, record: EpochRecord) -> None:
+        if record.epoch == 2:  # checkpointed, not yet in the job record
+            raise _Crash
+        record_epoch(job_id, record)
+
+    served.retrainer._record_epoch = crash_after_checkpointing_epoch_2  # type: ignore[method-assign]
+    with pytest.raises(_Crash):
+        served.retrainer.request("manual", exclusive=True)
+    with served.db.connect() as conn:
+        [crashed] = [j for j in list_jobs(conn) if j["status"] == "running"]
+    assert [e["epoch"] for e in crashed["epochs"]] == [0, 1]
+
+    restarted = make_pipeline()
+    with restarted.db.connect() as conn:
+        job = get_job(conn, crashed["id"])
+    assert job is not None and job["status"] == "succeeded", job
+    epochs = [e["epoch"] for e in job["epochs"]]
+    assert epochs == list(range(len(epochs))) and len(epochs) > 3  # epoch 2 recovered
+    assert restarted.current is not None and restarted.current.version == job["model_version"]
+    before = [i for i in job["invocations"] if i["epoch"] is not None and i["epoch"] <= 2]
+    assert len(before) >= 3 * 3  # the crashed process's invocations kept their record
+    assert job["cost_usd"] == pytest.approx(sum(i["cost_usd"] for i in job["invocations"]))
 
 
 def test_a_restart_before_any_version_replays_the_events_into_serving(

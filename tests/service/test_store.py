@@ -34,10 +34,10 @@ from service.store.events import (
     store_events,
 )
 from service.store.jobs import (
+    active_jobs,
     add_epoch,
     count_jobs,
     create_job,
-    fail_interrupted_jobs,
     get_job,
     list_jobs,
     update_job,
@@ -479,22 +479,14 @@ def test_jobs_are_listed_newest_first_and_counted_by_status(db: Database) -> Non
         assert count_jobs(conn, "running") == 0
 
 
-def test_jobs_left_queued_or_running_are_failed_on_restart(db: Database) -> None:
-    queued, running, done = _job(db), _job(db, "running"), _job(db, "succeeded")
+def test_active_jobs_are_the_queued_and_running_ones_oldest_first(db: Database) -> None:
+    queued, running, _ = _job(db), _job(db, "running"), _job(db, "succeeded")
     with db.begin() as conn:
-        assert fail_interrupted_jobs(conn) == 2
+        add_epoch(conn, running, epoch=0, loss=1.0, duration_s=0.5, config={"workers": 2})
     with db.connect() as conn:
-        jobs = {j: get_job(conn, j) for j in (queued, running, done)}
-    for job_id in (queued, running):
-        job = jobs[job_id]
-        assert job is not None
-        assert job["status"] == "failed"
-        assert "restart" in job["error"]
-        assert job["finished_at"] is not None
-    assert jobs[done] is not None
-    assert jobs[done]["status"] == "succeeded" and jobs[done]["error"] is None
-    with db.begin() as conn:
-        assert fail_interrupted_jobs(conn) == 0
+        jobs = active_jobs(conn)
+    assert [(j["id"], j["status"]) for j in jobs] == [(queued, "queued"), (running, "running")]
+    assert [e["epoch"] for e in jobs[1]["epochs"]] == [0]
 
 
 # -- alerts and heartbeats -----------------------------------------------------------

@@ -179,6 +179,7 @@ class SimRuntime(Runtime):
         if self.charge_caller and self._left_at is not None:
             spent = time.perf_counter() - self._left_at
             self.clock.advance_to(self.clock.now + spent)
+        self._left_at = None  # inside the runtime until a call returns
 
     def _work(
         self, payload: dict[str, Any], labels: dict[str, Any]
@@ -262,26 +263,31 @@ class SimRuntime(Runtime):
         """Complete the next invocation in virtual time; its future, or None if idle."""
         with self._lock:
             self._charge_caller_time()
-            if not self._events:
-                return None
-            finish, _, invocation = heapq.heappop(self._events)
-            self.clock.advance_to(max(finish, self.clock.now))
-            self._running -= 1
-            record = invocation.record
-            record.status = invocation.status
-            if invocation.status != TIMEOUT:  # Lambda discards a timed-out container
-                bisect.insort(self._idle.setdefault(record.memory_mb, []), finish)
-            while self._queue and self._running < self.concurrency:
-                self._start(self._queue.popleft())
-            if self.write_deltas and record.ok:
-                self._write_empty_delta(invocation.payload)
-            if self.execute is not None and record.ok:
-                self._execute(invocation)
-            self.records.append(record)
-            invocation.future.completed = True
-            invocation.future.set_result(record)
-            self._left_at = time.perf_counter()
-            return invocation.future
+            try:
+                return self._complete_next()
+            finally:
+                self._left_at = time.perf_counter()
+
+    def _complete_next(self) -> SimFuture | None:
+        if not self._events:
+            return None
+        finish, _, invocation = heapq.heappop(self._events)
+        self.clock.advance_to(max(finish, self.clock.now))
+        self._running -= 1
+        record = invocation.record
+        record.status = invocation.status
+        if invocation.status != TIMEOUT:  # Lambda discards a timed-out container
+            bisect.insort(self._idle.setdefault(record.memory_mb, []), finish)
+        while self._queue and self._running < self.concurrency:
+            self._start(self._queue.popleft())
+        if self.write_deltas and record.ok:
+            self._write_empty_delta(invocation.payload)
+        if self.execute is not None and record.ok:
+            self._execute(invocation)
+        self.records.append(record)
+        invocation.future.completed = True
+        invocation.future.set_result(record)
+        return invocation.future
 
     def _execute(self, invocation: _Invocation) -> None:
         record = invocation.record
@@ -299,11 +305,12 @@ class SimRuntime(Runtime):
         without installing a waiter on every future at every call, which costs a
         coordinator with hundreds of workers in flight more than its own work.
         """
-        if any(getattr(f, "completed", True) for f in futures):  # non-sim futures: done
-            return
-        targets = set(futures)
-        while (future := self.step()) is not None and future not in targets:
-            pass
+        self._charge_caller_time()
+        if not any(getattr(f, "completed", True) for f in futures):  # non-sim ones: done
+            targets = set(futures)
+            while (future := self.step()) is not None and future not in targets:
+                pass
+        self._left_at = time.perf_counter()
 
     def run_until(self, future: Future) -> None:
         """Advance until `future` is done (or nothing is left to complete)."""
