@@ -586,6 +586,7 @@ class DistributedBackend(TrainingBackend):
             if r.delta is not None:
                 by_staleness.setdefault(self._epoch - r.epoch, []).append(r)
         for staleness, group in sorted(by_staleness.items()):
+            group.sort(key=lambda r: (r.epoch, r.worker))  # the same sum whatever the order
             damped = weight / (1 + staleness)
             deltas = [r.delta for r in group if r.delta is not None]
             apply_delta(self._require_model(), average_deltas(deltas), weight=damped)
