@@ -139,6 +139,7 @@ class LambdaRuntime(Runtime):
             record.billed_ms = report["billed_ms"]
             record.peak_rss_mb = float(report["max_memory_mb"])
             record.cold_start = report["init_ms"] is not None
+            record.init_duration_s = (report["init_ms"] or 0.0) / 1000.0
         else:
             record.billed_ms = self.prices.billed_ms(record.duration_s * 1000)
         record.cost_usd = self.prices.invocation_cost(record.billed_ms, record.memory_mb)

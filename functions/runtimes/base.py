@@ -25,6 +25,8 @@ class InvocationRecord:
     cold_start: bool = False
     memory_mb: int = 0
     queued_s: float = 0.0
+    #: A cold start's initialisation (Lambda's ``Init Duration``), billed since 2025.
+    init_duration_s: float = 0.0
     duration_s: float = 0.0
     billed_ms: int = 0
     cost_usd: float = 0.0

@@ -8,8 +8,11 @@
   and the invocation fails with ``out_of_memory``, as Lambda's does.
 * The time limit is enforced (default and maximum 900 s): the container is killed and
   the invocation fails with ``timeout``.
-* The meter bills exactly as Lambda: GB-seconds per started millisecond plus the
-  request price, from ``functions/prices.json``.
+* The meter bills exactly as Lambda: GB-seconds per started millisecond of the
+  duration plus, for a cold start, the container's initialisation (``init_duration_s``,
+  Lambda's ``Init Duration``, billed since August 2025), plus the request price, from
+  ``functions/prices.json``. Provisioned containers (:meth:`LocalRuntime.provision`)
+  start warm.
 """
 
 from __future__ import annotations
@@ -165,7 +168,16 @@ class LocalRuntime(Runtime):
         self, record: InvocationRecord, payload: dict, timeout_s: float, submitted: float
     ) -> InvocationRecord:
         record.queued_s = time.perf_counter() - submitted
-        container, record.cold_start = self._container(record.memory_mb)
+        initialising = time.perf_counter()
+        try:
+            container, record.cold_start = self._container(record.memory_mb)
+        except (OSError, EOFError, TimeoutError) as exc:  # the sandbox never came up
+            record.status, record.error = ERROR, f"container failed to start: {exc!r}"
+            with self._lock:
+                self.records.append(record)
+            return record
+        if record.cold_start:
+            record.init_duration_s = time.perf_counter() - initialising
         started = time.perf_counter()
         deadline = time.time() + timeout_s
         factor = self.slowdown() if self.slowdown is not None else 1.0
@@ -185,8 +197,9 @@ class LocalRuntime(Runtime):
                 self._warm[record.memory_mb].put(container)
             else:
                 container.kill()  # Lambda discards a container that ran out of time or memory
-        record.billed_ms = self.prices.billed_ms(record.duration_s * 1000)
-        record.cost_usd = self.prices.invocation_cost(record.duration_s * 1000, record.memory_mb)
+        billed_s = record.duration_s + record.init_duration_s
+        record.billed_ms = self.prices.billed_ms(billed_s * 1000)
+        record.cost_usd = self.prices.invocation_cost(billed_s * 1000, record.memory_mb)
         with self._lock:
             self.records.append(record)
         return record

@@ -84,6 +84,7 @@ def test_sends_the_workers_event_and_bills_from_lambdas_report(
         record = runtime.submit(event, memory_mb=1024, timeout_s=900).result()
     assert record.status == OK and record.result == answer
     assert record.request_id == "r-1" and record.cold_start
+    assert record.init_duration_s > 0  # from the REPORT line's Init Duration
     assert record.billed_ms == 813 and record.peak_rss_mb == 91
     expected = 0.813 * 1024 / 1024 * 0.0000166667 + 0.0000002
     assert record.cost_usd == pytest.approx(expected)

@@ -46,13 +46,36 @@ def test_first_invocation_is_cold_and_the_next_reuses_the_warm_container(
 def test_billing_is_lambdas_gb_seconds_per_started_ms_plus_the_request(
     runtime: LocalRuntime,
 ) -> None:
-    record = runtime.submit({}, memory_mb=1769, timeout_s=30).result()
+    cold = runtime.submit({}, memory_mb=1769, timeout_s=30).result()
+    warm = runtime.submit({}, memory_mb=1769, timeout_s=30).result()
     prices = lambda_prices()
-    billed = math.ceil(record.duration_s * 1000)
-    assert record.billed_ms == billed
-    expected = billed / 1000 * 1769 / 1024 * prices.gb_second_usd + prices.request_usd
-    assert record.cost_usd == pytest.approx(expected)
-    assert runtime.records[-1] is record
+    # A cold start's initialisation is billed with its duration, as Lambda does.
+    assert cold.cold_start and cold.init_duration_s > 0 and warm.init_duration_s == 0
+    for record in (cold, warm):
+        billed = math.ceil((record.duration_s + record.init_duration_s) * 1000)
+        assert record.billed_ms == billed
+        expected = billed / 1000 * 1769 / 1024 * prices.gb_second_usd + prices.request_usd
+        assert record.cost_usd == pytest.approx(expected)
+    assert runtime.records[-2:] == [cold, warm]
+
+
+def test_provisioned_containers_start_warm(runtime: LocalRuntime) -> None:
+    assert runtime.provision(512, 2) == 2
+    first = runtime.submit({}, memory_mb=512, timeout_s=30)
+    second = runtime.submit({}, memory_mb=512, timeout_s=30)
+    records = [first.result(), second.result()]
+    assert [r.cold_start for r in records] == [False, False]
+    assert records[0].result["pid"] != records[1].result["pid"]  # two containers ran them
+    assert runtime.submit({}, memory_mb=1024, timeout_s=30).result().cold_start
+    with pytest.raises(ValueError, match="count"):
+        runtime.provision(512, -1)
+
+
+def test_a_container_that_cannot_start_fails_its_invocation_without_raising() -> None:
+    with LocalRuntime(concurrency=1, handler="functions.no_such_module:handler") as local:
+        record = local.submit({}, memory_mb=256, timeout_s=30).result()
+    assert record.status == ERROR and "container failed to start" in record.error
+    assert record.cost_usd == 0.0
 
 
 def test_invocations_beyond_the_concurrency_cap_queue_unbilled() -> None:
