@@ -134,12 +134,15 @@ class Retrainer:
                     raise NothingToTrain("no events stored yet: nothing to train on")
             job_id = self._create(trigger, alert_id)
             self._active = job_id
+        self._start(job_id, self._train)
+        return job_id
+
+    def _start(self, job_id: int, train: Callable[[int], None]) -> None:
         if self._background:
-            self._thread = threading.Thread(target=self._run, args=(job_id,), daemon=True)
+            self._thread = threading.Thread(target=self._run, args=(job_id, train), daemon=True)
             self._thread.start()
         else:
-            self._run(job_id)
-        return job_id
+            self._run(job_id, train)
 
     def wait(self, timeout: float | None = None) -> None:
         """Block until the running job (if any) has finished."""
@@ -170,10 +173,10 @@ class Retrainer:
                 attach_alert(conn, alert_id, job_id)
         return job_id
 
-    def _run(self, job_id: int, train: Callable[[int], None] | None = None) -> None:
+    def _run(self, job_id: int, train: Callable[[int], None]) -> None:
         started = time.perf_counter()
         try:
-            (train or self._train)(job_id)
+            train(job_id)
         except Exception as exc:  # a failed job must be recorded, never kill the service
             log.exception("retraining job %s failed", job_id)
             with self.db.begin() as conn:
@@ -272,13 +275,17 @@ class Retrainer:
         """
         with self.db.connect() as conn:
             jobs = active_jobs(conn)
-        resumable, reasons = None, {}
+        resumable: int | None = None
+        reasons: dict[int, str] = {}
         for job in sorted(jobs, key=lambda j: int(j["id"]), reverse=True):
-            reason = self._why_not_resumable(job) if resumable is None else None
-            if reason is None and resumable is None:
+            if resumable is None:
+                reason = self._why_not_resumable(job)
+            else:
+                reason = f"interrupted by a restart; job {resumable}, newer, resumed instead"
+            if reason is None:
                 resumable = int(job["id"])
             else:
-                reasons[int(job["id"])] = reason or "interrupted by a restart"
+                reasons[int(job["id"])] = reason
         with self.db.begin() as conn:
             for job_id, reason in reasons.items():
                 update_job(conn, job_id, status="failed", error=reason, finished_at=time.time())
@@ -289,13 +296,7 @@ class Retrainer:
         with self._lock:
             self._active = resumable
         log.info("retraining job %s: resuming from its checkpoint", resumable)
-        if self._background:
-            self._thread = threading.Thread(
-                target=self._run, args=(resumable, self._resume), daemon=True
-            )
-            self._thread.start()
-        else:
-            self._run(resumable, self._resume)
+        self._start(resumable, self._resume)
         return resumable
 
     def _why_not_resumable(self, job: dict[str, Any]) -> str | None:
