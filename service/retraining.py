@@ -160,6 +160,7 @@ class Retrainer:
             "max_epochs": s.max_epochs,
             "target_loss": s.target_loss,
             "latency_cap_s": s.latency_cap_seconds,
+            "budget_usd": s.retrain_budget_usd,
             "history_sample": s.history_sample,
             "workers": s.retrain_workers,
             "sync_ratio": s.retrain_sync_ratio,
@@ -230,7 +231,10 @@ class Retrainer:
     def _rule(self) -> ConvergenceRule:
         s = self.settings
         return ConvergenceRule(
-            target_loss=s.target_loss, max_epochs=s.max_epochs, latency_cap_s=s.latency_cap_seconds
+            target_loss=s.target_loss,
+            max_epochs=s.max_epochs,
+            latency_cap_s=s.latency_cap_seconds,
+            budget_usd=s.retrain_budget_usd,
         )
 
     def _publish(

@@ -63,6 +63,9 @@ class Settings(BaseSettings):
     max_epochs: int = Field(30, ge=1)
     target_loss: float | None = Field(None, gt=0)
     latency_cap_seconds: float = Field(600.0, gt=0)
+    retrain_budget_usd: float | None = Field(
+        None, gt=0, description="Stop a job once its workers have cost this much (USD)."
+    )
     seed: int | None = 0
     retrain_runtime: Literal["inprocess", "local"] = Field(
         "local", description="Where epochs run: this process, or Lambda-like worker processes."

@@ -135,6 +135,26 @@ def test_ingesting_past_the_bootstrap_threshold_trains_and_serves_v0001(
     assert (row["version"], row["job_id"], row["last_event_id"]) == ("v0001", job["id"], 200)
 
 
+@pytest.mark.slow
+def test_a_job_stops_at_its_budget(
+    tmp_path: Path, database_url: str, events: list[NewEvent]
+) -> None:
+    settings = _settings(tmp_path / "data", database_url).model_copy(
+        update={"retrain_budget_usd": 1e-9, "max_epochs": 20}
+    )
+    pipeline = build_pipeline(settings, background_retrain=False)
+    try:
+        pipeline.ingest(events[:250])  # past the bootstrap threshold
+        with pipeline.db.connect() as conn:
+            (job,) = list_jobs(conn)
+    finally:
+        pipeline.retrainer.close()
+        pipeline.db.dispose()
+    assert job["status"] == "succeeded" and job["stop_reason"] == "budget"
+    assert len(job["epochs"]) == 1  # the first epoch's workers already cost more
+    assert job["params"]["budget_usd"] == 1e-9 and job["cost_usd"] > 1e-9
+
+
 def test_the_bootstrap_model_serves_personal_recommendations(
     served: Pipeline, events: list[NewEvent]
 ) -> None:
