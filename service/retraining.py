@@ -15,8 +15,9 @@ from collections.abc import Callable
 from typing import Any
 
 from configurator import EpochConfig, StaticConfigurator
+from functions.handler import handler
 from functions.mf import BiasedMF
-from functions.runtimes import LocalRuntime
+from functions.runtimes import Runtime, open_runtime
 from retrain import (
     ConvergenceRule,
     EpochRecord,
@@ -109,7 +110,7 @@ class Retrainer:
         self._active: int | None = None
         self._thread: threading.Thread | None = None
         self.training_seconds = 0.0
-        self._runtime: LocalRuntime | None = None
+        self._runtime: Runtime | None = None
 
     @property
     def active_job_id(self) -> int | None:
@@ -354,10 +355,16 @@ class Retrainer:
         )
         self._publish(job_id, result, backend, up_to)
 
-    def _function_runtime(self) -> LocalRuntime:
+    def _function_runtime(self) -> Runtime:
+        """The runtime the settings name, opened once and kept (warm containers)."""
         if self._runtime is None:
-            workers = self.settings.retrain_workers
-            self._runtime = LocalRuntime(concurrency=_LOCAL_CONCURRENCY * workers)
+            s = self.settings
+            options: dict[str, dict[str, Any]] = {
+                "local": {"concurrency": _LOCAL_CONCURRENCY * s.retrain_workers},
+                "lambda": {"function_name": s.lambda_function},
+                "sim": {"execute": handler},
+            }
+            self._runtime = open_runtime(s.retrain_runtime, **options.get(s.retrain_runtime, {}))
         return self._runtime
 
     def _backend(self, job_id: int) -> TrainingBackend:

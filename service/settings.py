@@ -67,8 +67,16 @@ class Settings(BaseSettings):
         None, gt=0, description="Stop a job once its workers have cost this much (USD)."
     )
     seed: int | None = 0
-    retrain_runtime: Literal["inprocess", "local"] = Field(
-        "local", description="Where epochs run: this process, or Lambda-like worker processes."
+    retrain_runtime: Literal["inprocess", "local", "lambda", "gpu", "sim"] = Field(
+        "local",
+        description=(
+            "Where epochs run: this process, Lambda-like worker processes, the deployed "
+            "Lambda function, torch worker processes, or in this process with simulated "
+            "Lambda timings and bill."
+        ),
+    )
+    lambda_function: str = Field(
+        "driftline-worker", description="The deployed worker (RETRAIN_RUNTIME=lambda)."
     )
     retrain_workers: int = Field(4, ge=1, le=1000)
     retrain_sync_ratio: float = Field(0.75, gt=0, le=1)
@@ -94,6 +102,13 @@ class Settings(BaseSettings):
         if self.rating_min >= self.rating_max:
             raise ValueError(
                 f"rating_min ({self.rating_min}) must be below rating_max ({self.rating_max})"
+            )
+        if self.retrain_runtime == "lambda" and not self.resolved_object_store_url.startswith(
+            "s3://"
+        ):
+            raise ValueError(
+                "retrain_runtime lambda needs an s3:// object_store_url: workers on AWS "
+                f"cannot read {self.resolved_object_store_url}"
             )
         return self
 

@@ -155,6 +155,29 @@ def test_a_job_stops_at_its_budget(
     assert job["params"]["budget_usd"] == 1e-9 and job["cost_usd"] > 1e-9
 
 
+def test_a_job_on_the_sim_runtime_trains_for_real_and_bills_simulated_lambda_time(
+    tmp_path: Path, database_url: str, events: list[NewEvent]
+) -> None:
+    settings = _settings(tmp_path / "data", database_url).model_copy(
+        update={"retrain_runtime": "sim"}
+    )
+    pipeline = build_pipeline(settings, background_retrain=False)
+    try:
+        pipeline.ingest(events[:250])
+        with pipeline.db.connect() as conn:
+            (job,) = list_jobs(conn)
+    finally:
+        pipeline.retrainer.close()
+        pipeline.db.dispose()
+    assert job["status"] == "succeeded" and job["runtime"] == "sim"
+    losses = [e["loss"] for e in job["epochs"]]
+    assert losses[-1] < losses[0]  # the workers' updates were real
+    requests = [i["request_id"] for i in job["invocations"]]
+    assert requests and all(r.startswith("sim-") for r in requests)
+    assert job["cost_usd"] == pytest.approx(sum(i["cost_usd"] for i in job["invocations"]))
+    assert pipeline.current is not None and pipeline.current.version == job["model_version"]
+
+
 def test_the_bootstrap_model_serves_personal_recommendations(
     served: Pipeline, events: list[NewEvent]
 ) -> None:

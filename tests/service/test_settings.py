@@ -1,0 +1,45 @@
+"""Settings: environment variables, ``none``, and the errors that name the setting."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from service.settings import Settings
+
+
+def test_environment_variables_fill_settings_and_none_unsets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("DRIFTLINE_RETRAIN_WORKERS", "16")
+    monkeypatch.setenv("DRIFTLINE_REFRESH_EVENTS", "none")
+    monkeypatch.setenv("DRIFTLINE_RETRAIN_BUDGET_USD", "0.25")
+    settings = Settings()
+    assert settings.retrain_workers == 16
+    assert settings.refresh_events is None
+    assert settings.retrain_budget_usd == 0.25
+    assert Settings(retrain_workers=2).retrain_workers == 2  # a flag beats the environment
+
+
+@pytest.mark.parametrize(
+    ("values", "named"),
+    [
+        ({"retrain_runtime": "fargate"}, "retrain_runtime"),
+        ({"retrain_budget_usd": 0}, "retrain_budget_usd"),
+        ({"retrain_sync_ratio": 1.5}, "retrain_sync_ratio"),
+        ({"rating_min": 5, "rating_max": 1}, "rating_min"),
+        ({"kafka_replica": 2, "kafka_replicas": 2}, "kafka_replica"),
+    ],
+)
+def test_bad_values_are_refused_naming_the_setting(values: dict, named: str) -> None:
+    with pytest.raises(ValidationError, match=named):
+        Settings(**values)
+
+
+def test_the_lambda_runtime_needs_an_s3_object_store(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match="lambda needs an s3:// object_store_url"):
+        Settings(retrain_runtime="lambda", data_dir=tmp_path)
+    settings = Settings(retrain_runtime="lambda", object_store_url="s3://models/driftline")
+    assert settings.lambda_function == "driftline-worker"
