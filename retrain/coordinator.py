@@ -2,12 +2,12 @@
 
 Each epoch the coordinator writes the model snapshot φ_t, launches λ workers (one per
 shard of the window) on a function runtime, waits for the first κ of them, averages
-their updates into φ_{t+1} and goes on. The λ−κ stragglers keep running while the next
-epoch starts fresh workers on every shard; their updates, computed against an older
-snapshot, are averaged in whenever they arrive (SandPiper Eq. 2). κ = λ is BSP, fully
-synchronous; ASP applies every update the moment it arrives and relaunches that worker
-at once. A worker that fails or times out is retried up to
-``max_retries`` times, then dropped for the epoch.
+their updates into φ_{t+1} and goes on (SandPiper Eq. 2). The λ−κ stragglers keep
+running while the next epoch starts fresh workers on every shard; their updates,
+computed against an older snapshot, are folded in whenever they arrive, as a step of
+their own damped by their staleness. κ = λ is BSP, fully synchronous; ASP applies every
+update the moment it arrives and relaunches that worker at once. A worker that fails or
+times out is retried up to ``max_retries`` times, then dropped for the epoch.
 
 Checkpoints: see :mod:`retrain.checkpoints`.
 
@@ -144,6 +144,8 @@ class UsedUpdate:
     cost_usd: float
     #: The share of its step the update got (1 when fresh; see ``_apply``).
     weight: float = 1.0
+    #: The invocation that computed it.
+    request_id: str = ""
 
     @property
     def staleness(self) -> int:
@@ -602,6 +604,7 @@ class DistributedBackend(TrainingBackend):
                         record.cold_start,
                         record.cost_usd,
                         damped,
+                        record.request_id,
                     )
                 )
 
@@ -683,8 +686,9 @@ class DistributedBackend(TrainingBackend):
             snapshot_sha256=digest,
         )
         future = self._submit(task, config.memory_mb)
-        running = _Running(worker, self._epoch, attempt, task, future, config.memory_mb)
-        self._running[future] = running
+        self._running[future] = _Running(
+            worker, self._epoch, attempt, task, future, config.memory_mb
+        )
 
     def _submit(self, task: WorkerTask, memory_mb: int) -> Future[InvocationRecord]:
         future = self.runtime.submit(

@@ -407,12 +407,23 @@ def _coordinator_job(job_id: int) -> str:
 
 
 def _invocations(backend: TrainingBackend) -> list[dict[str, Any]] | None:
-    """The job record's view of its worker invocations (distributed backends only)."""
+    """The job record's view of its worker invocations (distributed backends only):
+    timings, outcome and cost, and for each update the epoch it was folded into
+    (``applied_in``, None if it never was) with the share of its step (``weight``)."""
     if not isinstance(backend, DistributedBackend):
         return None
     keep = ("request_id", "status", "cold_start", "memory_mb", "queued_s", "duration_s")
-    keep += ("billed_ms", "cost_usd", "error")
-    return [
-        {**{k: getattr(r, k) for k in keep}, **{k: r.labels.get(k) for k in ("worker", "epoch")}}
-        for r in backend.stats.invocations
-    ]
+    keep += ("init_duration_s", "billed_ms", "cost_usd", "error")
+    used = {u.request_id: u for u in backend.stats.used}
+    rows = []
+    for r in backend.stats.invocations:
+        update = used.get(r.request_id)
+        rows.append(
+            {
+                **{k: getattr(r, k) for k in keep},
+                **{k: r.labels.get(k) for k in ("worker", "epoch")},
+                "applied_in": update.applied_in if update else None,
+                "weight": update.weight if update else None,
+            }
+        )
+    return rows

@@ -82,7 +82,11 @@ class JobPublic(BaseModel):
     params: dict[str, Any]
     alert_ids: list[int]
     invocations: list[dict[str, Any]] | None = Field(
-        None, description="Worker invocations of a distributed job: timings, outcome, cost."
+        None,
+        description=(
+            "Worker invocations of a distributed job: timings, outcome, cost, and the "
+            "epoch each update was folded into (applied_in) with its share of a step."
+        ),
     )
     loss_curve: list[float]
     epochs: list[EpochPublic]

@@ -155,6 +155,11 @@ def test_manual_retrain_publishes_a_version_that_serves(client: TestClient) -> N
     assert job["runtime"] == "local" and job["epochs"][0]["config"]["workers"] == 4
     assert job["invocations"] and all(i["billed_ms"] >= 1 for i in job["invocations"])
     assert {i["worker"] for i in job["invocations"]} == {0, 1, 2, 3}
+    # Which updates went into which epoch, and with what share of their step.
+    applied = [i for i in job["invocations"] if i["applied_in"] is not None]
+    assert applied and all(i["applied_in"] >= i["epoch"] for i in applied)
+    assert all(0 < i["weight"] <= 1 for i in applied)
+    assert {i["applied_in"] for i in applied} == set(range(len(job["epochs"])))
     assert job["cost_usd"] == pytest.approx(
         sum(i["cost_usd"] for i in job["invocations"]), rel=0.05
     )
