@@ -158,6 +158,14 @@ class SimRuntime(Runtime):
         if self._closed:
             raise RuntimeError("cannot submit to a closed runtime")
         self._charge_caller_time()
+        try:
+            return self._enqueue(payload, memory_mb, float(timeout_s), labels)
+        finally:
+            self._left_at = time.perf_counter()
+
+    def _enqueue(
+        self, payload: dict[str, Any], memory_mb: int, timeout_s: float, labels: dict[str, Any]
+    ) -> SimFuture:
         work, failure = self._work(payload, labels)
         with self._lock:
             record = InvocationRecord(
@@ -165,13 +173,12 @@ class SimRuntime(Runtime):
             )
             future = SimFuture(self, record)
             invocation = _Invocation(
-                record, future, payload, work, failure, float(timeout_s), self.clock.now
+                record, future, payload, work, failure, timeout_s, self.clock.now
             )
             if self._running < self.concurrency:
                 self._start(invocation)
             else:
                 self._queue.append(invocation)
-        self._left_at = time.perf_counter()
         return future
 
     def _charge_caller_time(self) -> None:
