@@ -26,14 +26,14 @@ Distributed retraining (design §4) adds, per job (:mod:`functions.shards` build
 and reads and writes the objects; a worker is told its keys in its event, so these are
 conventions of the coordinator, not rules of the store):
 
-``snapshots/<job>/<epoch:06d>.npz``
-    The model φ_t the epoch's workers pull: a :func:`functions.artifacts.model_to_bytes`
-    artifact.
+``snapshots/<job>/<epoch:06d>.pack``
+    The model φ_t the epoch's workers pull: its arrays (``BiasedMF.to_arrays``) packed by
+    :func:`functions.artifacts.pack_arrays`, read back by ``model_from_bytes``.
 ``shards/<job>/<worker:05d>-of-<workers:05d>.npz``
     Worker `worker`'s part of the job's data window split `workers` ways (the number of
     workers may change between epochs): ``users``, ``items`` (int64 rows of the snapshot
     model) and ``ratings`` (float64); :func:`functions.shards.write_shard`.
-``deltas/<job>/<epoch:06d>/<worker:05d>.npz``
+``deltas/<job>/<epoch:06d>/<worker:05d>.pack``
     A worker's update in an epoch, ``trained - snapshot`` on the rows its shard touched,
     written by :func:`functions.handler.handler` (layout in :mod:`functions.shards`).
 

@@ -82,10 +82,18 @@ class Shard(NamedTuple):
 
 # -- keys -------------------------------------------------------------------------------
 
+#: The suffix of snapshot and delta keys: packed arrays, not ``.npz``.
+EXCHANGE_SUFFIX = "pack"
+
 
 def snapshot_key(job_id: str, epoch: int) -> str:
-    """``snapshots/<job>/<epoch:06d>.npz``: the model φ_t the epoch's workers pull."""
-    return validate_key(f"snapshots/{_component('job_id', job_id)}/{_index('epoch', epoch)}.npz")
+    """``snapshots/<job>/<epoch:06d>.pack``: the model φ_t the epoch's workers pull.
+
+    Snapshots and deltas, exchanged λ times an epoch, are packed arrays
+    (:func:`functions.artifacts.pack_arrays`); shards, written once, are ``.npz``.
+    """
+    job, e = _component("job_id", job_id), _index("epoch", epoch)
+    return validate_key(f"snapshots/{job}/{e}.{EXCHANGE_SUFFIX}")
 
 
 def shard_key(job_id: str, worker: int, workers: int) -> str:
@@ -103,9 +111,9 @@ def shard_key(job_id: str, worker: int, workers: int) -> str:
 
 
 def delta_key(job_id: str, epoch: int, worker: int) -> str:
-    """``deltas/<job>/<epoch:06d>/<worker:05d>.npz``: a worker's update in an epoch."""
+    """``deltas/<job>/<epoch:06d>/<worker:05d>.pack``: a worker's update in an epoch."""
     job, e = _component("job_id", job_id), _index("epoch", epoch)
-    return validate_key(f"deltas/{job}/{e}/{_index('worker', worker, width=5)}.npz")
+    return validate_key(f"deltas/{job}/{e}/{_index('worker', worker, width=5)}.{EXCHANGE_SUFFIX}")
 
 
 def _component(name: str, value: str) -> str:

@@ -443,11 +443,8 @@ class DistributedBackend(TrainingBackend):
         """One past the highest snapshot in the store: a crashed coordinator may have
         written snapshots after its checkpoint, and snapshots are never overwritten."""
         prefix = snapshot_key(self.job_id, 0).rsplit("/", 1)[0] + "/"
-        numbers = [
-            int(name[: -len(".npz")])
-            for name in (k[len(prefix) :] for k in self.store.list(prefix))
-            if name.endswith(".npz") and name[: -len(".npz")].isdigit()
-        ]
+        stems = (k[len(prefix) :].split(".", 1)[0] for k in self.store.list(prefix))
+        numbers = [int(stem) for stem in stems if stem.isdigit()]
         return max(numbers, default=-1) + 1
 
     def _requeue(

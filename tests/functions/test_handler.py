@@ -364,9 +364,9 @@ def test_shard_and_delta_checks(tmp_path: Path) -> None:
 
 
 def test_key_layout() -> None:
-    assert snapshot_key("j", 3) == "snapshots/j/000003.npz"
+    assert snapshot_key("j", 3) == "snapshots/j/000003.pack"
     assert shard_key("j", 2, 8) == "shards/j/00002-of-00008.npz"
-    assert delta_key("j", 3, 2) == "deltas/j/000003/00002.npz"
+    assert delta_key("j", 3, 2) == "deltas/j/000003/00002.pack"
     for bad in (lambda: snapshot_key("a/b", 0), lambda: delta_key("j", -1, 0)):
         with pytest.raises(ValueError):
             bad()
