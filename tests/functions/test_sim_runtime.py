@@ -83,6 +83,18 @@ def test_calibration_recovers_a_known_model_from_synthetic_records() -> None:
     assert calibrate(_records(MODEL, seed=1)) == model
 
 
+def test_calibration_counts_a_separately_reported_initialisation_as_cold_start() -> None:
+    records = _records(MODEL, seed=1)
+    for record in records:
+        if record.cold_start:  # as the local runtime and Lambda report it: init apart
+            record.init_duration_s, record.duration_s = 0.6, record.duration_s - 0.6
+    fit = fit_performance_model(records)
+    assert fit.model.cold_start_s == pytest.approx(0.8, rel=0.05)
+    folded = fit_performance_model(_records(MODEL, seed=1)).model
+    for name in ("overhead_s", "compute_s_per_sample", "compute_s_per_batch", "cold_start_s"):
+        assert getattr(fit.model, name) == pytest.approx(getattr(folded, name), rel=1e-9)
+
+
 def test_calibration_of_lambda_records_divides_out_the_cpu_share() -> None:
     # At 512 MB Lambda gives 0.29 vCPU; the fitted compute is per sample at one vCPU.
     model = calibrate(_records(MODEL, seed=2, memory_mb=512), cpu_scaled=True)
