@@ -456,7 +456,8 @@ class DistributedBackend(TrainingBackend):
         the next epoch collects it like any other arrival, as a stale update. Otherwise
         its task runs again.
         """
-        if self._delta_is_usable(task.delta_key):
+        delta = self._usable_delta(task.delta_key)
+        if delta is not None:
             record = InvocationRecord(
                 f"recovered-{self.job_id}-{epoch}-{worker}",
                 memory_mb=memory_mb,
@@ -478,17 +479,17 @@ class DistributedBackend(TrainingBackend):
                 }
             )
             return
-        self._running[future] = _Running(worker, epoch, attempt, task, future, memory_mb)
+        self._running[future] = _Running(worker, epoch, attempt, task, future, memory_mb, delta)
 
-    def _delta_is_usable(self, key: str) -> bool:
+    def _usable_delta(self, key: str) -> dict[str, np.ndarray] | None:
+        """The delta under `key`, or None if it is missing or damaged."""
         if not self.store.exists(key):
-            return False
+            return None
         try:
-            read_delta(self.store, key)
+            return read_delta(self.store, key)
         except (ArtifactError, ObjectNotFound) as exc:
             log.warning("job %s: relaunching the worker of a damaged delta: %s", self.job_id, exc)
-            return False
-        return True
+            return None
 
     def _drain(self) -> None:
         """Wait for invocations still running so nothing is left behind the job."""
@@ -544,6 +545,8 @@ class DistributedBackend(TrainingBackend):
         record = running.future.result()
         self._record(record)
         status, error = record.status, record.error
+        if record.ok and running.delta is not None:  # recovered: read at resume already
+            return True
         if record.ok:
             try:
                 running.delta = read_delta(self.store, running.task.delta_key)
