@@ -3,7 +3,7 @@
 It speaks the Kafka wire protocol, so the consumer and producers here are the same
 kafka-python clients that would talk to a production cluster. Its log lives in memory:
 a restarted embedded broker comes back empty (the consumer handles that, see
-``service.kafka.consumer``).
+``service.ingest.kafka``).
 """
 
 from __future__ import annotations

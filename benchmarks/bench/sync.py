@@ -29,15 +29,16 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
 from configurator.space import EpochConfig
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import FileObjectStore
 from functions.runtimes import LocalRuntime, Runtime
 from functions.runtimes.sim import DEFAULT_MODEL, SimRuntime
-from retrain.coordinator import DistributedBackend, SyncPolicy
+from retrain.coordinator import DistributedBackend
+from retrain.sync import SyncPolicy
 from retrain.window import RatingsWindow
-from service.datasets import MOVIELENS_SMALL, load_ratings
 
 SIMULATED_WORKERS = (64, 256)
 STRAGGLER_PROBABILITY = 0.2
@@ -177,6 +178,7 @@ def run_sync(
     workers: int = 8,
     target_epochs: int = 6,
     max_epochs: int = 40,
+    simulated_workers: tuple[int, ...] | list[int] = SIMULATED_WORKERS,
 ) -> dict[str, Any]:
     stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit or 30_000)
     window = RatingsWindow(stream.user_ids, stream.item_ids, stream.ratings)
@@ -193,7 +195,7 @@ def run_sync(
         figures.update(
             _race("", train, holdout, workers, _local, workdir, target_epochs, max_epochs)
         )
-        for lam in SIMULATED_WORKERS:
+        for lam in simulated_workers:
             prefix = f"sim{lam}_"
             figures.update(
                 _race(prefix, train, holdout, lam, _simulated, workdir, target_epochs, max_epochs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from service.traces import (
+from benchmarks.traces import (
     DEFAULT_CONSTANT_RATE,
     DEFAULT_PERIOD_S,
     TABLE_II,

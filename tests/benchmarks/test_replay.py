@@ -13,18 +13,18 @@ import httpx
 import pytest
 from typer.testing import CliRunner
 
-from service import replay as replay_module
-from service.cli import app
-from service.datasets import load_ratings
-from service.launcher import ServerProcess, free_port
-from service.replay import (
+from benchmarks import replay as replay_module
+from benchmarks.datasets import load_ratings
+from benchmarks.launcher import ServerProcess, free_port
+from benchmarks.replay import (
     ReplayConfig,
     ReplayError,
     SimulatedClock,
     pace,
     run_replay,
 )
-from service.traces import make_trace
+from benchmarks.traces import make_trace
+from service.cli import app
 from tests.support.synthetic import stationary_stream
 
 
@@ -220,7 +220,7 @@ def test_replay_to_http_stores_every_event_once_and_a_rerun_counts_duplicates(
     dataset = _write_ratings(tmp_path / "ratings.tsv", n_events)
     with ServerProcess(tmp_path / "data") as server:
         first = subprocess.run(
-            [sys.executable, "-m", "service", "replay", "--to", "http", "--url", server.url]
+            [sys.executable, "-m", "benchmarks", "replay", "--to", "http", "--url", server.url]
             + ["--dataset", str(dataset), "--trace", "twitter", "--speed", "5", "--json"],
             capture_output=True,
             text=True,
@@ -245,7 +245,7 @@ def test_replay_to_http_stores_every_event_once_and_a_rerun_counts_duplicates(
 def test_replay_to_kafka_produces_one_message_per_event(tmp_path: Path) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
-    from service.kafka.broker import EmbeddedBroker
+    from benchmarks.broker import EmbeddedBroker
 
     n_events, partitions = 1_200, 3
     dataset = _write_ratings(tmp_path / "ratings.tsv", n_events)

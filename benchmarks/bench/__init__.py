@@ -3,14 +3,16 @@
 from collections.abc import Callable
 from typing import Any
 
-from service.bench.ingest import run_ingest
-from service.bench.prequential import run_prequential
-from service.bench.sync import run_sync
+from benchmarks.bench.ingest import run_ingest
+from benchmarks.bench.memory import run_memory
+from benchmarks.bench.prequential import run_prequential
+from benchmarks.bench.sync import run_sync
 
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "prequential": run_prequential,
     "ingest": run_ingest,
     "sync": run_sync,
+    "memory": run_memory,
 }
 
 __all__ = ["BENCHMARKS"]

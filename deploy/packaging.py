@@ -1,9 +1,11 @@
 """The AWS Lambda deployment package of the retraining worker.
 
-``driftline package-function`` zips the ``functions/`` package (its ``.py`` files and the
-price file ``prices.json`` the meter reads; no tests, no ``__pycache__``) with a
-top-level ``lambda_function.py`` that exposes :func:`functions.handler.handler`, so the
-function's handler setting is ``lambda_function.handler``.
+``driftline package-function`` zips the modules of the ``functions/`` package that the
+worker imports, found by following ``functions.*`` imports (module-level and lazy ones)
+from ``functions/handler.py`` and the package's ``__init__``: no runtimes (they invoke
+the worker, they are not part of it), no torch worker, no tests. A top-level
+``lambda_function.py`` exposes :func:`functions.handler.handler`, so the function's
+handler setting is ``lambda_function.handler``.
 
 The zip is deterministic: entries are sorted, every entry has the same timestamp
 (1980-01-01, the earliest a zip can hold), permissions and compression level, so the same
@@ -18,6 +20,7 @@ the function's architecture (``manylinux2014_x86_64`` or ``_aarch64``, cp311).
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import zipfile
@@ -46,7 +49,7 @@ LAMBDA_FUNCTION_SOURCE = '''\
 """AWS Lambda entry point of the Driftline retraining worker.
 
 Set the function's handler to ``lambda_function.handler``; the function needs numpy
-from a layer (see ``service/packaging.py`` in the Driftline repository).
+from a layer (see ``deploy/packaging.py`` in the Driftline repository).
 """
 
 from functions.handler import handler
@@ -70,8 +73,8 @@ class PackageInfo:
     handler: str = HANDLER
 
 
-#: Non-code files the package needs at run time.
-_DATA_FILES = ("prices.json",)
+#: Non-code files, each with the module that reads it: shipped when that module is.
+_DATA_FILES = {"prices.json": "pricing.py"}
 
 
 def _is_packaged(relative: Path) -> bool:
@@ -86,16 +89,56 @@ def _is_packaged(relative: Path) -> bool:
     return not (name.startswith("test_") or name.endswith("_test.py") or name == "conftest.py")
 
 
+def worker_modules(root: Path) -> set[Path]:
+    """The package's source files the worker imports, relative to ``root``.
+
+    Follows ``import functions.x`` and ``from functions.x import ...`` statements
+    anywhere in a module (lazy imports inside functions included), starting from the
+    handler and the package's ``__init__``.
+    """
+    package = root.name
+    if not (root / "handler.py").is_file():
+        raise FileNotFoundError(f"{root} has no handler.py; is it the functions package?")
+    found: set[Path] = set()
+    pending = [Path("__init__.py"), Path("handler.py")]
+    while pending:
+        module = pending.pop()
+        if module in found or not (root / module).is_file():
+            continue
+        found.add(module)
+        for name in _imported(root / module, package):
+            parts = name.split(".")[1:]
+            candidates = [Path(*parts).with_suffix(".py"), Path(*parts, "__init__.py")]
+            if parts[:-1]:
+                candidates.append(Path(*parts[:-1], "__init__.py"))  # a package's own init
+            pending.extend(c for c in candidates if parts)
+    return found
+
+
+def _imported(path: Path, package: str) -> set[str]:
+    """Dotted names of ``package`` modules that ``path`` imports."""
+    names: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            if node.module.split(".")[0] == package:
+                names.add(node.module)
+                names.update(f"{node.module}.{alias.name}" for alias in node.names)
+        elif isinstance(node, ast.Import):
+            names.update(a.name for a in node.names if a.name.split(".")[0] == package)
+    return names
+
+
 def worker_zip_entries(package_dir: Path | None = None) -> dict[str, bytes]:
     """Archive name → bytes of every entry of the package, in archive order."""
     root = Path(functions.__file__).parent if package_dir is None else Path(package_dir)
+    modules = worker_modules(root)
     entries: dict[str, bytes] = {}
-    for path in root.rglob("*"):
-        relative = path.relative_to(root)
-        if path.is_file() and _is_packaged(relative):
-            entries[f"{root.name}/{relative.as_posix()}"] = path.read_bytes()
-    if f"{root.name}/handler.py" not in entries:
-        raise FileNotFoundError(f"{root} has no handler.py; is it the functions package?")
+    for relative in sorted(modules):
+        if _is_packaged(relative):
+            entries[f"{root.name}/{relative.as_posix()}"] = (root / relative).read_bytes()
+    for data_file, reader in _DATA_FILES.items():
+        if Path(reader) in modules:
+            entries[f"{root.name}/{data_file}"] = (root / data_file).read_bytes()
     entries["lambda_function.py"] = LAMBDA_FUNCTION_SOURCE.encode()
     return {name: entries[name] for name in sorted(entries)}
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import json
 import os
@@ -14,42 +15,69 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
+from benchmarks.cli import app
+from deploy.packaging import build_worker_zip, worker_zip_bytes
 from functions.artifacts import model_to_bytes
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import FileObjectStore
 from functions.shards import delta_key, shard_key, snapshot_key, write_shard
-from service.cli import app
-from service.packaging import build_worker_zip, worker_zip_bytes
 from tests.support.synthetic import stationary_stream
 
 # What the Lambda Python runtime provides besides the standard library (boto3 and its
 # dependencies), plus numpy, which the function gets from a layer.
 PROVIDED = ("numpy", "boto3", "botocore", "jmespath", "dateutil", "s3transfer", "urllib3", "six")
 
-# Runs in a bare interpreter: no site-packages, only the zip and PROVIDED on sys.path.
-WORKER_SCRIPT = """
-import importlib, importlib.util, json, sys, zipfile
-zip_path, event = sys.argv[1], json.loads(sys.argv[2])
-for absent in ("service", "retrain", "configurator", "drift", "river", "sqlalchemy", "tests"):
+# Runs in a bare interpreter (no site-packages) whose sys.path holds the extracted zip, as
+# Lambda's /var/task, and numpy: one worker task against a file:// store.
+TASK_SCRIPT = """
+import importlib.util, json, sys
+task_dir, event = sys.argv[1], json.loads(sys.argv[2])
+for absent in ("service", "retrain", "configurator", "drift", "benchmarks", "deploy", "tests",
+               "river", "sqlalchemy", "torch", "boto3", "functions.runtimes", "functions.gpu"):
     assert importlib.util.find_spec(absent) is None, f"{absent} is importable"
 import lambda_function
 import functions
-assert functions.__file__.startswith(zip_path), functions.__file__
-# Every module of the package imports with what Lambda provides (but the GPU worker,
-# which may use torch and does not run on Lambda).
+assert functions.__file__.startswith(task_dir), functions.__file__
+result = lambda_function.handler(event, None)
+loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("boto3", "botocore"))
+assert not loaded, loaded
+print(json.dumps(result))
+"""
+
+# Every module of the zip imports with what Lambda provides, straight from the zip.
+IMPORT_SCRIPT = """
+import importlib, sys, zipfile
+zip_path = sys.argv[1]
 for name in zipfile.ZipFile(zip_path).namelist():
-    if name.startswith("functions/") and name.endswith(".py") and "gpu" not in name:
+    if name.startswith("functions/") and name.endswith(".py"):
         module = name[: -len(".py")].replace("/", ".").removesuffix(".__init__")
-        importlib.import_module(module)
-print(json.dumps(lambda_function.handler(event, None)))
+        assert importlib.import_module(module).__file__.startswith(zip_path), module
+print("ok")
 """
 
 
-def _provided_packages(directory: Path) -> Path:
-    """`directory` with a symlink to each installed PROVIDED package (and numpy.libs)."""
+def _bare_python(script: str, path: list[Path], *args: str, cwd: Path) -> str:
+    """Run `script` with nothing but the standard library and `path` importable."""
+    result = subprocess.run(
+        # -P: no script directory on sys.path, -S: no site-packages, -s: no user site.
+        # (-I would also ignore PYTHONPATH.) The environment holds nothing else.
+        [sys.executable, "-P", "-S", "-s", "-c", script, *args],
+        env={"PYTHONPATH": os.pathsep.join(str(p) for p in path)},
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip().splitlines()[-1]
+
+
+def _provided_packages(directory: Path, names: tuple[str, ...] = PROVIDED) -> Path:
+    """`directory` with a symlink to each installed package of `names` (and numpy.libs)."""
     directory.mkdir()
-    for name in PROVIDED:
+    for name in names:
         try:
             module = importlib.import_module(name)
         except ImportError:
@@ -105,37 +133,49 @@ def test_the_zip_is_deterministic_and_holds_only_the_worker(tmp_path: Path) -> N
     assert names == sorted(names) and names == list(first.entries)
     assert "lambda_function.py" in names and "functions/handler.py" in names
     assert "functions/__init__.py" in names and "functions/mf.py" in names
-    assert all(name.endswith(".py") for name in names if name != "functions/prices.json")
-    assert "functions/prices.json" in names  # the meter's prices travel with the code
+    assert all(name.endswith(".py") for name in names)
+    # Only what the worker imports: no runtimes (they invoke it), no torch worker, no
+    # price file (read by the runtimes' meters, not by the worker).
+    assert not any(name.startswith("functions/runtimes/") for name in names)
+    assert "functions/gpu.py" not in names and "functions/pricing.py" not in names
+    assert set(names) == {
+        "lambda_function.py",
+        *(f"functions/{m}.py" for m in ("__init__", "artifacts", "handler", "mf")),
+        *(f"functions/{m}.py" for m in ("objectstore", "s3", "shards")),
+    }
     assert not any("__pycache__" in name or "/test" in name for name in names)
     assert {info.date_time for info in infos} == {(1980, 1, 1, 0, 0, 0)}
     assert "from functions.handler import handler" in source
     assert first.handler == "lambda_function.handler"
 
 
-def test_the_zip_runs_the_worker_with_only_numpy_and_boto3(tmp_path: Path) -> None:
+def test_the_extracted_zip_runs_a_worker_task_with_only_numpy(tmp_path: Path) -> None:
     package = build_worker_zip(tmp_path / "worker.zip").path
-    provided = _provided_packages(tmp_path / "provided")
+    task_dir = tmp_path / "task"  # Lambda extracts the zip to /var/task
+    with zipfile.ZipFile(package) as archive:
+        archive.extractall(task_dir)
+    assert not (task_dir / "functions" / "runtimes").exists()
+    assert not (task_dir / "functions" / "gpu.py").exists()
+    numpy_only = _provided_packages(tmp_path / "numpy-only", ("numpy",))
     event = _tiny_problem(tmp_path / "store")
 
-    result = subprocess.run(
-        # -P: no script directory on sys.path, -S: no site-packages, -s: no user site.
-        # (-I would also ignore PYTHONPATH.) The environment holds nothing else.
-        [sys.executable, "-P", "-S", "-s", "-c", WORKER_SCRIPT, str(package), json.dumps(event)],
-        env={"PYTHONPATH": os.pathsep.join([str(package), str(provided)])},
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    out = _bare_python(
+        TASK_SCRIPT, [task_dir, numpy_only], str(task_dir), json.dumps(event), cwd=tmp_path
     )
-    assert result.returncode == 0, result.stderr
-    remote = json.loads(result.stdout.strip().splitlines()[-1])
+    remote = json.loads(out)
     assert remote["loss_after"] < remote["loss_before"] and remote["samples"] == 300
+    written = FileObjectStore(tmp_path / "store").get(event["delta_key"])
+    assert remote["delta_sha256"] == hashlib.sha256(written).hexdigest()
 
     # The same event run here writes the same delta, byte for byte.
     local = handler(dict(event, delta_key="deltas/pkg/000000/local.npz"), None)
     assert local["delta_sha256"] == remote["delta_sha256"]
+
+
+def test_every_module_of_the_zip_imports_with_what_lambda_provides(tmp_path: Path) -> None:
+    package = build_worker_zip(tmp_path / "worker.zip").path
+    provided = _provided_packages(tmp_path / "provided")
+    assert _bare_python(IMPORT_SCRIPT, [package, provided], str(package), cwd=tmp_path) == "ok"
 
 
 def test_package_function_command(tmp_path: Path) -> None:
@@ -159,7 +199,7 @@ def _lambda_client(monkeypatch: pytest.MonkeyPatch):  # type: ignore[no-untyped-
 def test_deploy_creates_the_function_with_the_zip(monkeypatch: pytest.MonkeyPatch) -> None:
     from botocore.stub import Stubber
 
-    from service.packaging import HANDLER, DeploySpec, deploy_worker
+    from deploy.packaging import HANDLER, DeploySpec, deploy_worker
 
     client = _lambda_client(monkeypatch)
     spec = DeploySpec(role_arn="arn:aws:iam::123456789012:role/worker", layers=("arn:layer:1",))
@@ -187,7 +227,7 @@ def test_deploy_creates_the_function_with_the_zip(monkeypatch: pytest.MonkeyPatc
 def test_deploy_updates_an_existing_function(monkeypatch: pytest.MonkeyPatch) -> None:
     from botocore.stub import Stubber
 
-    from service.packaging import DeploySpec, deploy_worker
+    from deploy.packaging import DeploySpec, deploy_worker
 
     client = _lambda_client(monkeypatch)
     spec = DeploySpec(memory_mb=3008, timeout_s=600)
@@ -213,7 +253,7 @@ def test_deploy_updates_an_existing_function(monkeypatch: pytest.MonkeyPatch) ->
 def test_creating_without_a_role_says_what_is_missing(monkeypatch: pytest.MonkeyPatch) -> None:
     from botocore.stub import Stubber
 
-    from service.packaging import DeploySpec, deploy_worker
+    from deploy.packaging import DeploySpec, deploy_worker
 
     client = _lambda_client(monkeypatch)
     with Stubber(client) as stubber:

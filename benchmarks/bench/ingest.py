@@ -5,8 +5,10 @@
   offsets, prequential evaluation). ``kafka_events_per_s`` is messages / seconds from the
   consumer's start until the last one is durable, with one consumer;
   ``kafka_2_replicas_events_per_s`` the same with two ``driftline consume`` processes
-  splitting the partitions (one per core). Beside them, in the same run: a bare
-  kafka-python loop that only reads the same messages (the client's ceiling).
+  splitting the partitions (one per core), timed from the moment both have their
+  partitions of an empty topic, which is then filled while they consume. Beside them,
+  in the same run: a bare kafka-python loop that only reads the same messages (the
+  client's ceiling).
 * HTTP: a real ``driftline serve`` process; ``clients`` threads post batches of 500 at
   once. ``http_events_per_s`` is events / wall seconds, ``http_p99_ms`` the 99th
   percentile request latency. Beside it: the same batches written straight to the store
@@ -31,11 +33,11 @@ import httpx
 import numpy as np
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from benchmarks.broker import EmbeddedBroker, create_topic
+from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from benchmarks.launcher import ServerProcess, free_port
 from service.app import build_pipeline
-from service.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
-from service.kafka.broker import EmbeddedBroker
-from service.kafka.consumer import EventConsumer
-from service.launcher import ServerProcess, free_port
+from service.ingest.kafka import EventConsumer
 from service.settings import Settings
 from service.store import Database
 from service.store.events import NewEvent, count_events, store_events
@@ -43,14 +45,14 @@ from service.store.events import NewEvent, count_events, store_events
 HTTP_BATCH = 500
 
 
-def _fill_topic(bootstrap: str, stream: RatingStream) -> None:
+def _fill_topic(bootstrap: str, stream: RatingStream, topic: str = "events") -> None:
     import json
 
     producer = KafkaProducer(
         bootstrap_servers=bootstrap, acks="all", linger_ms=20, batch_size=256 * 1024
     )
     for event in stream.events():
-        producer.send("events", key=event["user_id"].encode(), value=json.dumps(event).encode())
+        producer.send(topic, key=event["user_id"].encode(), value=json.dumps(event).encode())
     producer.flush(timeout=120)
     producer.close()
 
@@ -78,12 +80,15 @@ def _stored(db: Database) -> int:
         return count_events(conn)
 
 
-def _kafka_replicas(bootstrap: str, total: int, workdir: Path, replicas: int) -> float | None:
+def _kafka_replicas(bootstrap: str, stream: RatingStream, workdir: Path, replicas: int) -> float:
     """Events/s of ``replicas`` ``driftline consume`` processes sharing one store.
 
-    Timed from the moment every replica has its partitions, counting only what was
-    stored after that moment, so process start-up is not part of the figure.
+    The replicas start on an empty topic of their own; the clock starts once every
+    replica has its partitions, and only then is the topic filled, so process start-up
+    is not part of the figure and every event is timed.
     """
+    topic, total = "events-replicas", len(stream)
+    create_topic(bootstrap, topic, partitions=4)
     data_dir = workdir / f"replicas-{replicas}"
     data_dir.mkdir(parents=True)
     env = {**os.environ, "DRIFTLINE_RETRAIN_ENABLED": "false"}
@@ -91,6 +96,7 @@ def _kafka_replicas(bootstrap: str, total: int, workdir: Path, replicas: int) ->
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "service", "consume", "--kafka-bootstrap", bootstrap]
+            + ["--kafka-topic", topic]
             + ["--replica", str(i), "--replicas", str(replicas), "--data-dir", str(data_dir)],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
@@ -104,8 +110,9 @@ def _kafka_replicas(bootstrap: str, total: int, workdir: Path, replicas: int) ->
                 raise RuntimeError(f"a consumer replica exited; see {data_dir}")
             time.sleep(0.01)
         db = Database(f"sqlite:///{data_dir / 'driftline.db'}")
-        started, already = time.perf_counter(), _stored(db)
-        while (stored := _stored(db)) < total:
+        started = time.perf_counter()
+        _fill_topic(bootstrap, stream, topic)
+        while _stored(db) < total:
             time.sleep(0.02)
         elapsed = time.perf_counter() - started
         db.dispose()
@@ -113,16 +120,14 @@ def _kafka_replicas(bootstrap: str, total: int, workdir: Path, replicas: int) ->
         for process in processes:
             process.terminate()
             process.wait(timeout=30)
-    if stored - already < total // 2:
-        return None  # most events were in before the clock started: too few to time
-    return (stored - already) / elapsed
+    return total / elapsed
 
 
 def _kafka(stream: RatingStream, workdir: Path) -> dict[str, float | None]:
     with EmbeddedBroker(port=free_port(), partitions=4) as broker:
         _fill_topic(broker.bootstrap, stream)
         bare = _read_only(broker.bootstrap, len(stream))
-        two = _kafka_replicas(broker.bootstrap, len(stream), workdir, replicas=2)
+        two = _kafka_replicas(broker.bootstrap, stream, workdir, replicas=2)
         settings = Settings(data_dir=workdir / "kafka", retrain_enabled=False)
         pipeline = build_pipeline(settings, background_retrain=False)
         consumer = EventConsumer(pipeline, broker.bootstrap, "events")

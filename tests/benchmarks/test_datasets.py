@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from service.datasets import MOVIELENS_SMALL, load_ratings, load_titles
+from benchmarks.datasets import MOVIELENS_SMALL, load_ratings, load_titles
 
 
 def test_movielens_csv_is_read_in_timestamp_order(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The ``driftline`` command line as a user runs it: real subprocesses."""
+"""The ``driftline`` command line: argument checks in process, runs as real subprocesses."""
 
 from __future__ import annotations
 
@@ -8,13 +8,15 @@ import sys
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 
+from benchmarks.cli import app
 from tests.support.synthetic import stationary_stream
 
 
 def _driftline(*args: str, timeout: float = 300) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "service", *args],
+        [sys.executable, "-m", "benchmarks", *args],
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -42,10 +44,14 @@ def test_bench_prequential_prints_one_json_object_last(tmp_path: Path) -> None:
     assert figures["driftline_events_per_s"] > 0 and figures["river_events_per_s"] > 0
 
 
-def test_bench_rejects_an_unknown_name() -> None:
-    result = _driftline("bench", "nonsense", "--json")
-    assert result.returncode != 0
-    assert "unknown benchmark" in result.stderr
+def test_bench_rejects_an_unknown_name_and_options_it_does_not_take() -> None:
+    def error(*args: str) -> str:
+        result = CliRunner().invoke(app, list(args))
+        assert result.exit_code == 2, result.output
+        return " ".join(result.output.replace("│", " ").split())  # unwrap rich's error box
+
+    assert "unknown benchmark 'nonsense'" in error("bench", "nonsense", "--json")
+    assert "bench prequential takes no workers" in error("bench", "prequential", "--workers", "3")
 
 
 @pytest.mark.slow
@@ -71,8 +77,7 @@ def test_bench_ingest_measures_kafka_and_http(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
     assert figures["events"] == 3_000
-    two = figures["kafka_2_replicas_events_per_s"]
-    assert two is None or two > 0  # None: the replicas finished before the clock started
+    assert figures["kafka_2_replicas_events_per_s"] > 0
     for key in (
         "kafka_events_per_s",
         "kafka_read_only_events_per_s",
@@ -86,20 +91,24 @@ def test_bench_ingest_measures_kafka_and_http(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_bench_sync_compares_the_three_policies(tmp_path: Path) -> None:
     dataset = _write_tsv(tmp_path / "ratings.tsv", 2_000)
-    result = _driftline("bench", "sync", "--json", "--dataset", str(dataset))
+    # Small λ: the benchmark's own 64 and 256 take most of a minute.
+    small = ("--workers", "4", "--simulated-workers", "8", "--simulated-workers", "16")
+    result = _driftline("bench", "sync", "--json", "--dataset", str(dataset), *small)
     assert result.returncode == 0, result.stderr
     figures = json.loads(result.stdout.strip().splitlines()[-1])
-    for policy in ("bsp", "asp", "selective"):
-        assert figures[f"{policy}_epochs"] >= 1
-        assert 0 < figures[f"{policy}_final_rmse"] < 2
-        assert figures[f"{policy}_cost_usd"] > 0
-    assert figures["bsp_time_to_target_s"] is not None  # BSP set the target itself
-    for workers in (64, 256):  # the simulated rows: virtual seconds
-        prefix = f"sim{workers}_"
-        assert figures[f"{prefix}bsp_epochs"] == 6 and figures[f"{prefix}bsp_reached_target"]
+    assert figures["workers"] == 4 and "sim64_bsp_epochs" not in figures
+    # Every policy reaches BSP's loss after 6 epochs well inside the 40 allowed (5 to 11
+    # epochs here), on the local runtime and on the simulated one alike.
+    for prefix in ("", "sim8_", "sim16_"):
+        assert figures[f"{prefix}bsp_epochs"] == 6
         for policy in ("bsp", "asp", "selective"):
+            assert figures[f"{prefix}{policy}_reached_target"], (prefix, policy)
             reached = figures[f"{prefix}{policy}_time_to_target_s"]
-            assert reached is None or 0 < reached <= figures[f"{prefix}{policy}_elapsed_s"]
+            assert 0 < reached <= figures[f"{prefix}{policy}_elapsed_s"]
+            assert 1 <= figures[f"{prefix}{policy}_epochs"] < 40
             assert figures[f"{prefix}{policy}_cost_usd"] > 0
             assert 0 < figures[f"{prefix}{policy}_final_rmse"] < 2
-        assert figures[f"{prefix}speedup_selective_vs_bsp"] > 0
+        selective = figures[f"{prefix}selective_time_to_target_s"]
+        for other in ("bsp", "asp"):
+            expected = figures[f"{prefix}{other}_time_to_target_s"] / selective
+            assert figures[f"{prefix}speedup_selective_vs_{other}"] == pytest.approx(expected)

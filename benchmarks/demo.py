@@ -21,10 +21,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from service.baselines import RiverTrack
-from service.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
-from service.kafka.broker import EmbeddedBroker
-from service.launcher import ServerProcess, free_port
+from benchmarks.baselines import RiverTrack
+from benchmarks.broker import EmbeddedBroker
+from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
+from benchmarks.launcher import ServerProcess, free_port
 
 
 def replay(client: httpx.Client, stream: RatingStream, batch_size: int, river: RiverTrack) -> None:

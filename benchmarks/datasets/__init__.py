@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-DATASETS = Path(__file__).resolve().parent.parent / "datasets"
+DATASETS = Path(__file__).resolve().parent
 MOVIELENS_SMALL = DATASETS / "ml-latest-small" / "ratings.csv.gz"
 MOVIELENS_SMALL_MOVIES = DATASETS / "ml-latest-small" / "movies.csv.gz"
 

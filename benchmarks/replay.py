@@ -14,7 +14,7 @@ Examples
 The pacing loop on its own, with a simulated clock (1,000 events per second, batches of
 100, so one batch every 0.1 s):
 
->>> from service.traces import make_trace
+>>> from benchmarks.traces import make_trace
 >>> clock = SimulatedClock()
 >>> batches = []
 >>> result = pace(make_trace("constant", rate=1000), 300, 100,
@@ -38,8 +38,8 @@ import httpx
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from service.datasets import RatingStream, load_ratings
-from service.traces import TRACES, Trace, make_trace
+from benchmarks.datasets import RatingStream, load_ratings
+from benchmarks.traces import TRACES, Trace, make_trace
 
 __all__ = [
     "SINKS",

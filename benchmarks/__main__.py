@@ -1,0 +1,3 @@
+from benchmarks.cli import app
+
+app()

@@ -1,0 +1,100 @@
+"""``driftline bench memory``: server memory while a stream brings new ids, bounded or not.
+
+A real ``driftline serve`` gets a first version trained on MovieLens, then ``ids`` events
+each with a user and an item it has never seen (the worst case for per-id online state).
+Its resident memory is read from ``/proc`` after every ``ids / 5`` events. The same run
+is made twice: with the default bounds (``SERVING_MAX_USERS``, ``SERVING_MAX_ITEMS``)
+and with both unbounded, the behaviour before the bounds existed.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.launcher import ServerProcess
+
+_ENV = {
+    "DRIFTLINE_RETRAIN_RUNTIME": "inprocess",
+    "DRIFTLINE_BOOTSTRAP_EVENTS": "20000",
+    "DRIFTLINE_REFRESH_EVENTS": "none",
+    "DRIFTLINE_MIN_RELATIVE_DROP": "1000",  # no drift retrain: the figure is serving state
+    "DRIFTLINE_REGISTRY_POLL_SECONDS": "1",
+}
+
+
+def _rss_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise RuntimeError(f"no VmRSS for process {pid}")
+
+
+def _bootstrap(client: httpx.Client, dataset: Path | None) -> None:
+    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=20_000)
+    events = list(stream.events())
+    for start in range(0, len(events), 5_000):
+        client.post("/ingest", json={"events": events[start : start + 5_000]}).raise_for_status()
+    deadline = time.monotonic() + 300
+    while client.get("/models").json()["current"] is None:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the bootstrap version was not served within 300 s")
+        time.sleep(0.2)
+
+
+def _run(ids: int, batch: int, dataset: Path | None, env: dict[str, str]) -> dict[str, Any]:
+    rng = random.Random(0)
+    with tempfile.TemporaryDirectory(prefix="driftline-bench-memory-") as tmp:
+        server = ServerProcess(Path(tmp) / "data", env={**_ENV, **env})
+        with server, httpx.Client(base_url=server.url, timeout=120) as client:
+            assert server.process is not None
+            _bootstrap(client, dataset)
+            rss = {0: _rss_mb(server.process.pid)}
+            every = max(batch, ids // 5)
+            for start in range(0, ids, batch):
+                events = [
+                    {"user_id": f"new-user-{i}", "item_id": f"new-item-{i}", "rating": rating}
+                    for i in range(start, min(ids, start + batch))
+                    for rating in [1 + rng.random() * 4]
+                ]
+                client.post("/ingest", json={"events": events}).raise_for_status()
+                done = start + len(events)
+                if done % every == 0 or done == ids:
+                    rss[done] = _rss_mb(server.process.pid)
+            health = client.get("/healthz").json()
+    return {"rss_mb": rss, "events_seen": health["labelled_events_seen"]}
+
+
+def run_memory(
+    dataset: Path | None = None, limit: int | None = None, batch_size: int = 5_000
+) -> dict[str, Any]:
+    """Resident memory of a server taking ``limit`` (default 500,000) new ids."""
+    ids = limit or 500_000
+    bounded = _run(ids, batch_size, dataset, {})
+    unbounded = _run(
+        ids,
+        batch_size,
+        dataset,
+        {"DRIFTLINE_SERVING_MAX_USERS": "none", "DRIFTLINE_SERVING_MAX_ITEMS": "none"},
+    )
+    figures: dict[str, Any] = {"new_ids": ids}
+    for name, run in (("bounded", bounded), ("unbounded", unbounded)):
+        rss = run["rss_mb"]
+        figures[f"{name}_rss_mb_before"] = round(rss[0], 1)
+        figures[f"{name}_rss_mb_after"] = round(rss[ids], 1)
+        figures[f"{name}_rss_mb_by_ids"] = {str(k): round(v, 1) for k, v in sorted(rss.items())}
+    figures["bounded_growth_mb"] = round(rss_growth(bounded), 1)
+    figures["unbounded_growth_mb"] = round(rss_growth(unbounded), 1)
+    return figures
+
+
+def rss_growth(run: dict[str, Any]) -> float:
+    """Resident memory after the last new id minus before the first, in MB."""
+    rss = run["rss_mb"]
+    return rss[max(rss)] - rss[0]

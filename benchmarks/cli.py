@@ -1,0 +1,192 @@
+"""The full ``driftline`` command: the server's commands plus tooling and deployment.
+
+The server's own commands (``serve``, ``consume``) live in :mod:`service.cli`; this module
+adds what operators and developers run around the server (the demo, benchmarks, replays,
+the embedded broker, the Lambda package), so the server never imports its tooling.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from service.cli import app
+
+
+@app.command()
+def broker(
+    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 9092,
+    topic: Annotated[str, typer.Option(help="Topic to create.")] = "events",
+    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the topic.")] = 4,
+) -> None:
+    """Run the embedded Kafka-protocol broker (Tansu, in-memory log) until stopped."""
+    import signal
+    import time
+
+    from benchmarks.broker import EmbeddedBroker
+
+    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(message)s")
+    with EmbeddedBroker(port=port, topic=topic, partitions=partitions) as running:
+        typer.echo(f"broker on {running.bootstrap}, topic {topic!r} with {partitions} partitions")
+        stop = {"now": False}
+        signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
+        try:
+            while not stop["now"] and running.process and running.process.poll() is None:
+                time.sleep(0.5)
+        except KeyboardInterrupt:
+            pass
+
+
+@app.command()
+def demo(
+    limit: Annotated[
+        int | None, typer.Option(help="Replay only the first N ratings (shorter demo).")
+    ] = None,
+    batch_size: Annotated[int, typer.Option(help="Events per POST /ingest.")] = 500,
+    user: Annotated[str | None, typer.Option(help="User whose top 10 to show.")] = None,
+    kafka: Annotated[
+        bool, typer.Option("--kafka", help="Replay through an embedded Kafka broker.")
+    ] = False,
+) -> None:
+    """Replay MovieLens through a live service and summarise what happened."""
+    from benchmarks.demo import run_demo
+
+    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka)
+
+
+@app.command()
+def bench(
+    name: Annotated[str, typer.Argument(help="Benchmark: prequential.")],
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
+    dataset: Annotated[Path | None, typer.Option(help="Ratings file to replay.")] = None,
+    limit: Annotated[int | None, typer.Option(help="Use the first N ratings.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Events per ingested batch.")] = 500,
+    workers: Annotated[
+        int | None, typer.Option(help="sync: λ of the local-runtime race (default 8).")
+    ] = None,
+    simulated_workers: Annotated[
+        list[int] | None,
+        typer.Option(help="sync: λ of each simulated race (default 64 and 256); repeatable."),
+    ] = None,
+) -> None:
+    """Run a benchmark and print its measured figures."""
+    import inspect
+
+    from benchmarks.bench import BENCHMARKS
+
+    if name not in BENCHMARKS:
+        raise typer.BadParameter(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}")
+    run = BENCHMARKS[name]
+    options = {"workers": workers, "simulated_workers": simulated_workers}
+    given = {key: value for key, value in options.items() if value}
+    accepted = inspect.signature(run).parameters
+    unknown = sorted(set(given) - set(accepted))
+    if unknown:
+        raise typer.BadParameter(f"bench {name} takes no {', '.join(unknown)}")
+    result = run(dataset=dataset, limit=limit, batch_size=batch_size, **given)
+    if as_json:
+        typer.echo(json.dumps(result, sort_keys=True))
+    else:
+        for key, value in sorted(result.items()):
+            typer.echo(f"{key:32} {value}")
+
+
+@app.command()
+def replay(
+    to: Annotated[str, typer.Option(help="Target: http (POST /ingest) or kafka.")],
+    dataset: Annotated[Path, typer.Option(help="Ratings file (MovieLens CSV or TSV).")],
+    trace: Annotated[
+        str, typer.Option(help="Arrival trace: constant, wiki, berkeley, twitter, wits.")
+    ],
+    speed: Annotated[float, typer.Option(help="Play the trace X times faster.")] = 1.0,
+    url: Annotated[str, typer.Option(help="Service URL (--to http).")] = "http://127.0.0.1:8000",
+    bootstrap: Annotated[
+        str, typer.Option(help="Kafka HOST:PORT (--to kafka).", envvar="DRIFTLINE_KAFKA_BOOTSTRAP")
+    ] = "127.0.0.1:9092",
+    topic: Annotated[
+        str, typer.Option(help="Kafka topic (--to kafka).", envvar="DRIFTLINE_KAFKA_TOPIC")
+    ] = "events",
+    limit: Annotated[int | None, typer.Option(help="Replay only the first N ratings.")] = None,
+    batch_size: Annotated[int, typer.Option(help="Most events per request or flush.")] = 500,
+    rate: Annotated[
+        float | None, typer.Option(help="Events per second of the constant trace (1000).")
+    ] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
+) -> None:
+    """Replay a ratings file to HTTP or Kafka at the pace of an arrival-rate trace."""
+    from benchmarks.replay import ReplayConfig, ReplayError, run_replay
+
+    try:
+        config = ReplayConfig(
+            to=to,
+            dataset=dataset,
+            trace=trace,
+            speed=speed,
+            url=url,
+            bootstrap=bootstrap,
+            topic=topic,
+            limit=limit,
+            batch_size=batch_size,
+            rate=rate,
+        )
+        summary = run_replay(config)
+    except ReplayError as exc:
+        typer.echo(f"driftline replay: {exc}", err=True)
+        raise typer.Exit(code=1) from None
+    except KeyboardInterrupt:
+        typer.echo("driftline replay: interrupted", err=True)
+        raise typer.Exit(code=130) from None
+    for line in summary.lines():
+        typer.echo(line)
+    if as_json:
+        typer.echo(json.dumps(summary.as_dict(), sort_keys=True))
+
+
+@app.command("package-function")
+def package_function(
+    output: Annotated[Path, typer.Option(help="Zip file to write.")] = Path(
+        "dist/driftline-worker.zip"
+    ),
+) -> None:
+    """Build the AWS Lambda zip of the retraining worker (handler lambda_function.handler)."""
+    from deploy.packaging import build_worker_zip
+
+    info = build_worker_zip(output)
+    typer.echo(f"wrote {info.path} ({info.size:,} bytes, {len(info.entries)} files)")
+    typer.echo(f"handler {info.handler}; numpy is not included: add a numpy layer")
+    typer.echo(f"sha256 {info.sha256}")
+
+
+@app.command("deploy-function")
+def deploy_function(
+    name: Annotated[str, typer.Option(help="Lambda function name.")] = "driftline-worker",
+    role: Annotated[
+        str | None, typer.Option(help="Execution role ARN (needed to create the function).")
+    ] = None,
+    memory: Annotated[int, typer.Option(help="Memory in MB (1,769 MB = one vCPU).")] = 1769,
+    timeout: Annotated[int, typer.Option(help="Time limit in seconds (at most 900).")] = 900,
+    layer: Annotated[
+        list[str] | None, typer.Option(help="Layer ARN, e.g. one that provides numpy.")
+    ] = None,
+) -> None:
+    """Create or update the retraining worker on AWS Lambda (credentials from boto3)."""
+    import boto3
+
+    from deploy.packaging import DeploySpec, deploy_worker
+
+    spec = DeploySpec(
+        name=name, role_arn=role, memory_mb=memory, timeout_s=timeout, layers=tuple(layer or ())
+    )
+    configuration = deploy_worker(boto3.client("lambda"), spec)
+    typer.echo(
+        f"{configuration.get('FunctionName', name)}: {configuration.get('MemorySize')} MB, "
+        f"{configuration.get('Timeout')} s, sha256 {configuration.get('CodeSha256', '?')}"
+    )
+
+
+if __name__ == "__main__":
+    app()

@@ -1,1 +1,0 @@
-"""Kafka: the embedded broker, the exactly-once consumer, and producers for replays."""
