@@ -40,6 +40,18 @@ class DriftDetector(abc.ABC):
     def reset(self) -> None:
         """Forget everything seen so far, keeping the parameters."""
 
+    def state(self) -> dict[str, Any]:
+        """What the detector has learnt, as plain JSON, for ``restore`` after a restart.
+
+        The default is empty: a detector that keeps state it cannot afford to lose
+        overrides both methods.
+        """
+        return {}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back what ``state`` returned (on a detector with the same parameters)."""
+        self.reset()
+
     def get_params(self) -> dict[str, Any]:
         """The ``__init__`` arguments this detector was built with.
 

@@ -13,7 +13,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from numbers import Integral, Real
+from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -80,7 +80,7 @@ class HeartbeatAggregator:
         every_seconds: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        if isinstance(every_events, bool) or not isinstance(every_events, Integral):
+        if isinstance(every_events, bool) or not isinstance(every_events, int | np.integer):
             raise ValueError(f"every_events must be an integer >= 1, got {every_events!r}")
         if every_events < 1:
             raise ValueError(f"every_events must be an integer >= 1, got {every_events!r}")
@@ -128,6 +128,42 @@ class HeartbeatAggregator:
         if due is not None:
             beats.append(due)
         return beats
+
+    def state(self) -> dict[str, Any]:
+        """The pending (not yet closed) errors and the counters, as plain JSON."""
+        return {
+            "pending_sum": self._pending_sum,
+            "pending_count": self._pending_count,
+            "index": self._index,
+            "events_seen": self._events_seen,
+        }
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back ``state``: the next heartbeat closes where it would have.
+
+        Raises
+        ------
+        ValueError
+            When ``state`` cannot come from this aggregator (a pending group as large as
+            ``every_events``, negative counts, a non-finite sum), e.g. after
+            ``every_events`` changed between two runs; nothing is changed then.
+        """
+        pending_sum = float(state["pending_sum"])
+        pending_count, index, events_seen = (
+            int(state["pending_count"]),
+            int(state["index"]),
+            int(state["events_seen"]),
+        )
+        if not (math.isfinite(pending_sum) and pending_sum >= 0.0):
+            raise ValueError(f"pending_sum must be finite and >= 0, got {pending_sum!r}")
+        if not 0 <= pending_count < self.every_events:
+            raise ValueError(
+                f"pending_count must be in [0, {self.every_events}), got {pending_count}"
+            )
+        if index < 0 or events_seen < 0:
+            raise ValueError(f"index and events_seen must be >= 0, got {index}, {events_seen}")
+        self._pending_sum, self._pending_count = pending_sum, pending_count
+        self._index, self._events_seen = index, events_seen
 
     def flush_if_due(self) -> Heartbeat | None:
         """Close the pending errors as a heartbeat if ``every_seconds`` has passed.
@@ -186,7 +222,7 @@ def _as_errors(squared_errors: ArrayLike) -> np.ndarray:
 
 def _positive_finite(value: object) -> bool:
     return (
-        isinstance(value, Real)
+        isinstance(value, int | float)
         and not isinstance(value, bool)
         and math.isfinite(value)
         and value > 0

@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
-from numbers import Integral, Real
 from typing import Any
 
 import numpy as np
@@ -132,7 +131,7 @@ class DriftMonitor(DriftDetector):
             raise ValueError(
                 f"min_relative_drop must be a finite number >= 0, got {min_relative_drop!r}"
             )
-        if isinstance(min_heartbeats, bool) or not isinstance(min_heartbeats, Integral):
+        if isinstance(min_heartbeats, bool) or not isinstance(min_heartbeats, int | np.integer):
             raise ValueError(f"min_heartbeats must be an integer >= 1, got {min_heartbeats!r}")
         if min_heartbeats < 1:
             raise ValueError(f"min_heartbeats must be an integer >= 1, got {min_heartbeats!r}")
@@ -170,6 +169,36 @@ class DriftMonitor(DriftDetector):
         Changes minus alerts is how many retrains the confirmation rule saved.
         """
         return self._changes
+
+    def state(self) -> dict[str, Any]:
+        """The heartbeats since ADWIN last restarted, as plain JSON.
+
+        Replayed, they rebuild ADWIN's window exactly (ADWIN is deterministic), so a
+        restarted service detects as if it had never stopped. The state is data, not
+        a pickle of river's object: loading it from the database cannot run code. Past
+        ``_RECORD_LIMIT`` heartbeats without a change only the newest are kept, so the
+        rebuilt window is that much shorter (a stationary stream of 25M events at 500
+        events per heartbeat).
+        """
+        values = [] if self._adwin.drift_detected else list(self._window)
+        return {"heartbeats": values, "changes": self._changes}
+
+    def restore(self, state: dict[str, Any]) -> None:
+        """Take back what ``state`` returned, on a monitor with any parameters.
+
+        Raises
+        ------
+        ValueError
+            When a saved heartbeat is not a finite number; the monitor is left reset.
+        """
+        self.reset()
+        values = np.asarray(state.get("heartbeats", []), dtype=np.float64).reshape(-1)
+        if not np.isfinite(values).all():
+            raise ValueError("saved heartbeats must be finite numbers")
+        for value in values.tolist():
+            self._window.append(value)
+            self._adwin.update(value)
+        self._changes = int(state.get("changes", 0))
 
     def update(self, heartbeat: Heartbeat) -> DriftAlert | None:
         """Feed one heartbeat; return an alert if it completes a confirmed drift.
@@ -245,4 +274,4 @@ def _split_means(values: np.ndarray, min_length: int) -> tuple[float, float]:
 
 
 def _is_real(value: object) -> bool:
-    return isinstance(value, Real) and not isinstance(value, bool) and not math.isnan(value)
+    return isinstance(value, int | float) and not isinstance(value, bool) and not math.isnan(value)

@@ -95,8 +95,8 @@ def _require_int(name: str, value: object, minimum: int) -> None:
 
 
 def _require_real(name: str, value: object, positive: bool) -> None:
-    ok = isinstance(value, int | float) and not isinstance(value, bool)
-    if ok and math.isfinite(value) and (value > 0 if positive else value >= 0):
+    number = value if isinstance(value, int | float) and not isinstance(value, bool) else None
+    if number is not None and math.isfinite(number) and (number > 0 if positive else number >= 0):
         return
     bound = "> 0" if positive else ">= 0"
     raise EventError(name, f"must be a finite number {bound}, got {value!r}")
@@ -304,6 +304,7 @@ def run_worker(
     if epochs_completed:
         user_rows, item_rows = before["user_rows"], before["item_rows"]
     else:  # stopped inside the first pass: only the minibatches that ran moved rows
+        assert first_epoch_order is not None  # set when the first pass starts
         done = first_epoch_order[:samples_trained]
         user_rows, item_rows = np.unique(u[done]), np.unique(i[done])
     loss_after = model.mse_encoded(u, i, r)

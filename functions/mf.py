@@ -559,15 +559,13 @@ def _apply_mean_gradient(
     decay = 1.0 - lr * reg
     # p <- p + lr * (mean_grad - reg * p), written as p * decay + sum_grad * lr / count
     # to keep the number of (n x k) temporaries down.
-    b = bias[uniq]
-    b *= decay
+    b = bias[uniq] * decay
     b += np.bincount(inv, weights=err, minlength=n) * step
     bias[uniq] = b
     flat = ((inv * k)[:, None] + np.arange(k)).ravel()
-    grad = np.bincount(flat, weights=factor_grad.ravel(), minlength=n * k).reshape(n, k)
-    grad *= step[:, None]
-    f = factors[uniq]
-    f *= decay
+    summed = np.bincount(flat, weights=factor_grad.ravel(), minlength=n * k)
+    grad = summed.reshape(n, k) * step[:, None]
+    f = factors[uniq] * decay
     f += grad
     factors[uniq] = f
 
@@ -578,9 +576,10 @@ def _check_int(name: str, value: object, minimum: int) -> None:
 
 
 def _check_real(name: str, value: object, positive: bool) -> None:
-    ok = isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool)
-    if ok and np.isfinite(value) and (value > 0 if positive else value >= 0):
-        return
+    if isinstance(value, int | float | np.integer | np.floating) and not isinstance(value, bool):
+        number = float(value)
+        if np.isfinite(number) and (number > 0 if positive else number >= 0):
+            return
     bound = "> 0" if positive else ">= 0"
     raise ValueError(f"{name} must be a finite number {bound}, got {value!r}")
 

@@ -112,6 +112,19 @@ class ObjectStore(ABC):
     def list(self, prefix: str = "") -> list[str]:
         """Sorted keys that start with `prefix` (a plain string prefix, as in S3)."""
 
+    def delete_prefix(self, prefix: str) -> int:
+        """Remove every object whose key starts with `prefix`; returns how many.
+
+        Jobs keep their working objects (shards, snapshots, deltas) under a per-job
+        prefix, so one call frees all of them. The prefix must be non-empty: an empty
+        one would match the whole store, models included, which no caller means. Stores
+        override this where the backend deletes in batches.
+        """
+        keys = self.list(validate_delete_prefix(prefix))
+        for key in keys:
+            self.delete(key)
+        return len(keys)
+
     @property
     @abstractmethod
     def url(self) -> str:
@@ -220,6 +233,20 @@ class FileObjectStore(ObjectStore):
         with contextlib.suppress(FileNotFoundError):  # a concurrent delete won the race
             path.unlink()
 
+    def delete_prefix(self, prefix: str) -> int:
+        """As :meth:`ObjectStore.delete_prefix`, and directories left empty under the
+        prefix are removed too, so a store that deletes finished jobs stays flat."""
+        deleted = super().delete_prefix(prefix)
+        directory = prefix.rpartition("/")[0]
+        base = self._root.joinpath(*directory.split("/")) if directory else self._root
+        for current, _, _ in os.walk(base, topdown=False):  # children before parents
+            path = Path(current)
+            rel = path.relative_to(self._root).as_posix()
+            if path != self._root and f"{rel}/".startswith(prefix):
+                with contextlib.suppress(OSError):  # not empty: another writer's object
+                    path.rmdir()
+        return deleted
+
     def list(self, prefix: str = "") -> list[str]:
         validate_prefix(prefix)
         directory, _, _ = prefix.rpartition("/")
@@ -249,6 +276,13 @@ def validate_prefix(prefix: str) -> str:
         raise ValueError(f"prefix must be a string, got {prefix!r}")
     if prefix.startswith("/") or "\\" in prefix or "\x00" in prefix or ".." in prefix.split("/"):
         raise ValueError(f"prefix {prefix!r} must be relative, without backslashes or '..'")
+    return prefix
+
+
+def validate_delete_prefix(prefix: str) -> str:
+    """`prefix`, validated, if :meth:`ObjectStore.delete_prefix` may take it."""
+    if validate_prefix(prefix) == "":
+        raise ValueError("delete_prefix needs a non-empty prefix; '' would empty the store")
     return prefix
 
 

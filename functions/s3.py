@@ -45,6 +45,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 from functions.objectstore import (
     ObjectNotFound,
     ObjectStore,
+    validate_delete_prefix,
     validate_key,
     validate_prefix,
 )
@@ -67,6 +68,7 @@ _MISSING_KEY_CODES = frozenset({"NoSuchKey", "404", "NotFound"})
 _MISSING_BUCKET_CODES = frozenset({"NoSuchBucket", "404", "NotFound"})
 
 _MAX_PAGE_SIZE = 1000  # S3's own cap on keys per ListObjectsV2 response
+_DELETE_BATCH = 1000  # S3's cap on keys per DeleteObjects request
 
 
 class S3Error(OSError):
@@ -297,6 +299,31 @@ class S3ObjectStore(ObjectStore):
         except (ClientError, BotoCoreError) as exc:
             raise self._failure("ListObjectsV2", self._where(base + prefix) + "*", exc) from exc
         return sorted(keys)
+
+    def delete_prefix(self, prefix: str) -> int:
+        """As :meth:`ObjectStore.delete_prefix`, with one DeleteObjects request per
+        thousand keys (S3's limit) instead of one request per key."""
+        keys = self.list(validate_delete_prefix(prefix))
+        for start in range(0, len(keys), _DELETE_BATCH):
+            names = [self._name(key) for key in keys[start : start + _DELETE_BATCH]]
+            try:
+                response = self._client.delete_objects(
+                    Bucket=self._bucket,
+                    Delete={"Objects": [{"Key": name} for name in names], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                raise self._failure("DeleteObjects", self._where(names[0]), exc) from exc
+            errors = [e for e in response.get("Errors", ()) if e.get("Code") != "NoSuchKey"]
+            if errors:
+                first = errors[0]
+                raise S3Error(
+                    f"S3 DeleteObjects via {self.endpoint_url} could not delete "
+                    f"{len(errors)} of {len(names)} objects, first "
+                    f"{self._where(first.get('Key', '?'))}: {first.get('Code')} "
+                    f"{first.get('Message', '')}".rstrip(),
+                    code=first.get("Code"),
+                )
+        return len(keys)
 
     # -- internals -------------------------------------------------------------------
 

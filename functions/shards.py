@@ -110,6 +110,12 @@ def shard_key(job_id: str, worker: int, workers: int) -> str:
     return validate_key(f"shards/{job}/{worker:05d}-of-{workers:05d}.npz")
 
 
+def job_prefixes(job_id: str) -> tuple[str, str, str]:
+    """The key prefixes of a job's snapshots, shards and deltas, for deleting them."""
+    job = _component("job_id", job_id)
+    return f"snapshots/{job}/", f"shards/{job}/", f"deltas/{job}/"
+
+
 def delta_key(job_id: str, epoch: int, worker: int) -> str:
     """``deltas/<job>/<epoch:06d>/<worker:05d>.pack``: a worker's update in an epoch."""
     job, e = _component("job_id", job_id), _index("epoch", epoch)

@@ -43,7 +43,9 @@ continues the job with ``history=backend.epochs, prepare=False``.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -66,6 +68,11 @@ def checkpoint_key(job_id: str) -> str:
     return validate_key(f"checkpoints/{_job_component(job_id)}/latest.json")
 
 
+def checkpoint_prefix(job_id: str) -> str:
+    """``checkpoints/<job>/``: everything a job needs to resume (checkpoint and window)."""
+    return f"checkpoints/{_job_component(job_id)}/"
+
+
 def window_key(job_id: str) -> str:
     """``checkpoints/<job>/window.npz``: the job's encoded training data, written once."""
     return validate_key(f"checkpoints/{_job_component(job_id)}/window.npz")
@@ -76,8 +83,119 @@ def _job_component(job_id: str) -> str:
     return job_id
 
 
-def read_checkpoint(store: ObjectStore, job_id: str) -> dict[str, Any] | None:
-    """The job's latest checkpoint as a dict, None if it has none.
+@dataclass(frozen=True)
+class ObjectRef:
+    """An object a checkpoint names, with the SHA-256 it must still have."""
+
+    key: str
+    sha256: str
+
+
+@dataclass(frozen=True)
+class InFlight:
+    """An invocation running when the checkpoint was written."""
+
+    worker: int
+    epoch: int
+    attempt: int
+    memory_mb: int
+    task: WorkerTask
+
+
+@dataclass(frozen=True)
+class CheckpointState:
+    """The coordinator between two epochs; the fields are described in the module
+    docstring. ``epochs`` and ``stats`` stay plain JSON here: the coordinator owns their
+    types (``EpochRecord``, ``CoordinatorStats``) and rebuilds them."""
+
+    job_id: str
+    written_at: float
+    next_epoch: int
+    snapshot_seq: int
+    model: ObjectRef
+    window: ObjectRef
+    split: int
+    seed: int
+    policy_name: str
+    policy_ratio: float
+    timeout_s: float
+    max_retries: int
+    in_flight: tuple[InFlight, ...]
+    epochs: tuple[dict[str, Any], ...]
+    stats: dict[str, Any]
+
+    def to_json(self) -> bytes:
+        state = {
+            "format_version": CHECKPOINT_FORMAT_VERSION,
+            "job_id": self.job_id,
+            "written_at": self.written_at,
+            "next_epoch": self.next_epoch,
+            "snapshot_seq": self.snapshot_seq,
+            "model": dataclasses.asdict(self.model),
+            "window": dataclasses.asdict(self.window),
+            "split": self.split,
+            "seed": self.seed,
+            "policy": {"name": self.policy_name, "ratio": self.policy_ratio},
+            "timeout_s": self.timeout_s,
+            "max_retries": self.max_retries,
+            "in_flight": [
+                {
+                    "worker": f.worker,
+                    "epoch": f.epoch,
+                    "attempt": f.attempt,
+                    "memory_mb": f.memory_mb,
+                    "task": f.task.as_event(),
+                }
+                for f in self.in_flight
+            ],
+            "epochs": list(self.epochs),
+            "stats": self.stats,
+        }
+        return json.dumps(state, sort_keys=True, default=json_scalar).encode()
+
+    @classmethod
+    def from_json(cls, state: dict[str, Any], key: str, store_url: str) -> CheckpointState:
+        """The state in a decoded checkpoint; ``CheckpointError`` naming ``key`` if a
+        field is missing or of the wrong kind. In-flight tasks read and write the store
+        as ``store_url`` names it now."""
+        try:
+            return cls(
+                job_id=str(state["job_id"]),
+                written_at=float(state["written_at"]),
+                next_epoch=int(state["next_epoch"]),
+                snapshot_seq=int(state["snapshot_seq"]),
+                model=ObjectRef(str(state["model"]["key"]), str(state["model"]["sha256"])),
+                window=ObjectRef(str(state["window"]["key"]), str(state["window"]["sha256"])),
+                split=int(state["split"]),
+                seed=int(state["seed"]),
+                policy_name=str(state["policy"]["name"]),
+                policy_ratio=float(state["policy"]["ratio"]),
+                timeout_s=float(state["timeout_s"]),
+                max_retries=int(state["max_retries"]),
+                in_flight=tuple(_in_flight(entry, store_url) for entry in state["in_flight"]),
+                epochs=tuple(dict(e) for e in state["epochs"]),
+                stats=dict(state["stats"]),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise CheckpointError(f"checkpoint {key!r} is malformed: {detail}") from exc
+
+
+def _in_flight(entry: dict[str, Any], store_url: str) -> InFlight:
+    task = WorkerTask(**{**entry["task"], "store_url": store_url})
+    return InFlight(
+        int(entry["worker"]),
+        int(entry["epoch"]),
+        int(entry["attempt"]),
+        int(entry["memory_mb"]),
+        task,
+    )
+
+
+def read_checkpoint(
+    store: ObjectStore, job_id: str, store_url: str | None = None
+) -> CheckpointState | None:
+    """The job's latest checkpoint, None if it has none.
 
     Raises
     ------
@@ -103,12 +221,12 @@ def read_checkpoint(store: ObjectStore, job_id: str) -> dict[str, Any] | None:
         )
     if state.get("job_id") != job_id:
         raise CheckpointError(f"checkpoint {key!r} belongs to job {state.get('job_id')!r}")
-    return state
+    return CheckpointState.from_json(state, key, store_url or store.url)
 
 
-def get_verified(store: ObjectStore, ref: dict[str, Any], what: str) -> bytes:
+def get_verified(store: ObjectStore, ref: ObjectRef, what: str) -> bytes:
     """The bytes a checkpoint refers to, checked against the SHA-256 it recorded."""
-    key, expected = str(ref["key"]), str(ref["sha256"])
+    key, expected = ref.key, ref.sha256
     try:
         data = store.get(key)
     except ObjectNotFound as exc:
@@ -119,14 +237,6 @@ def get_verified(store: ObjectStore, ref: dict[str, Any], what: str) -> bytes:
             f"the checkpoint recorded {expected}"
         )
     return data
-
-
-def parse_in_flight(entry: dict[str, Any], store_url: str) -> tuple[int, int, int, int, WorkerTask]:
-    """(worker, epoch, attempt, memory_mb, task) of a checkpoint's in-flight entry; the
-    task reads and writes the store as ``store_url`` names it now."""
-    task = WorkerTask(**{**entry["task"], "store_url": store_url})
-    worker, epoch = int(entry["worker"]), int(entry["epoch"])
-    return worker, epoch, int(entry["attempt"]), int(entry["memory_mb"]), task
 
 
 def json_scalar(value: object) -> object:

@@ -22,13 +22,11 @@ win the race" (2019) for κ-of-λ synchronisation.
 from __future__ import annotations
 
 import dataclasses
-import json
 import logging
-import math
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -50,6 +48,7 @@ from functions.shards import (
     apply_delta,
     average_deltas,
     delta_key,
+    job_prefixes,
     read_delta,
     shard_key,
     snapshot_key,
@@ -57,56 +56,22 @@ from functions.shards import (
 )
 from retrain.backends import EpochOutcome, TrainingBackend
 from retrain.checkpoints import (
-    CHECKPOINT_FORMAT_VERSION,
     CheckpointError,
+    CheckpointState,
+    InFlight,
+    ObjectRef,
     checkpoint_key,
+    checkpoint_prefix,
     get_verified,
-    json_scalar,
-    parse_in_flight,
     read_checkpoint,
     window_key,
 )
 from retrain.job import EpochRecord
+from retrain.stats import CoordinatorStats, UsedUpdate
+from retrain.sync import SyncPolicy
 from retrain.window import RatingsWindow
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True)
-class SyncPolicy:
-    """How many of an epoch's λ workers the coordinator waits for.
-
-    Examples
-    --------
-    >>> SyncPolicy.bsp().kappa(8), SyncPolicy.selective(0.5).kappa(8), SyncPolicy.asp().kappa(8)
-    (8, 4, 1)
-    """
-
-    name: str
-    ratio: float = 1.0
-
-    def __post_init__(self) -> None:
-        if self.name not in ("bsp", "selective", "asp"):
-            raise ValueError(f"unknown sync policy {self.name!r}; choose bsp, selective or asp")
-        if not 0 < self.ratio <= 1:
-            raise ValueError(f"sync ratio must be in (0, 1], got {self.ratio}")
-
-    @classmethod
-    def bsp(cls) -> SyncPolicy:
-        return cls("bsp", 1.0)
-
-    @classmethod
-    def selective(cls, ratio: float) -> SyncPolicy:
-        return cls("selective", ratio)
-
-    @classmethod
-    def asp(cls) -> SyncPolicy:
-        return cls("asp", 1.0)
-
-    def kappa(self, workers: int) -> int:
-        if self.name == "asp":
-            return 1
-        return max(1, math.ceil(self.ratio * workers)) if self.name == "selective" else workers
 
 
 @dataclass(eq=False)  # compared by identity: it holds the delta's arrays
@@ -121,65 +86,6 @@ class _Running:
     memory_mb: int
     #: The worker's update, read from the store as soon as it arrives.
     delta: dict[str, np.ndarray] | None = None
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "worker": self.worker,
-            "epoch": self.epoch,
-            "attempt": self.attempt,
-            "memory_mb": self.memory_mb,
-            "task": self.task.as_event(),
-        }
-
-
-@dataclass
-class UsedUpdate:
-    """An update that went into a snapshot, for the job record."""
-
-    worker: int
-    computed_on: int
-    applied_in: int
-    duration_s: float
-    cold_start: bool
-    cost_usd: float
-    #: The share of its step the update got (1 when fresh; see ``_apply``).
-    weight: float = 1.0
-    #: The invocation that computed it.
-    request_id: str = ""
-
-    @property
-    def staleness(self) -> int:
-        return self.applied_in - self.computed_on
-
-
-_RECORD_FIELDS = {f.name for f in dataclasses.fields(InvocationRecord)}
-
-
-@dataclass
-class CoordinatorStats:
-    """What the job record keeps beyond losses: every used update and every failure."""
-
-    used: list[UsedUpdate] = field(default_factory=list)
-    failures: list[dict[str, Any]] = field(default_factory=list)
-    invocations: list[InvocationRecord] = field(default_factory=list)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {
-            "used": [dataclasses.asdict(u) for u in self.used],
-            "failures": [dict(f) for f in self.failures],
-            "invocations": [r.as_dict() for r in self.invocations],
-        }
-
-    @classmethod
-    def from_dict(cls, state: dict[str, Any]) -> CoordinatorStats:
-        return cls(
-            used=[UsedUpdate(**u) for u in state["used"]],
-            failures=[dict(f) for f in state["failures"]],
-            invocations=[
-                InvocationRecord(**{k: v for k, v in r.items() if k in _RECORD_FIELDS})
-                for r in state["invocations"]
-            ],
-        )
 
 
 class DistributedBackend(TrainingBackend):
@@ -267,9 +173,36 @@ class DistributedBackend(TrainingBackend):
         return self._epoch
 
     def result(self) -> BiasedMF:
-        """The trained model; stragglers still in flight are waited for (and billed)."""
-        self._drain()
+        """The trained model. Stragglers still in flight keep running: a job publishes
+        without waiting for them and bills them later (``finish_stragglers``)."""
         return self._require_model()
+
+    def pending_invocations(self) -> list[Future[InvocationRecord]]:
+        """Futures of the job's invocations still running, without waiting for them.
+
+        A finished job publishes at once; its stragglers' bills come later. Wait on these
+        (or add done callbacks) off the job's thread, then ``finish_stragglers`` returns
+        at once and ``stats`` holds every bill.
+        """
+        return [r.future for r in self._running.values() if not r.future.done()]
+
+    def finish_stragglers(self) -> None:
+        """Wait for the invocations still running, so their bills are in ``stats``."""
+        self._drain()
+
+    def cleanup(self, *, keep_checkpoint: bool = False) -> int:
+        """Delete the job's objects from the store; returns how many were deleted.
+
+        Snapshots, shards and deltas are only needed while the job runs; its checkpoint
+        and the window archive beside it only while it can still resume, so
+        ``keep_checkpoint=True`` (a job that failed and may be resumed) keeps both. Call
+        once no worker of the job runs any more (after ``finish_stragglers``), or a late
+        worker writes its delta after the cleanup.
+        """
+        prefixes = list(job_prefixes(self.job_id))
+        if not keep_checkpoint:
+            prefixes.append(checkpoint_prefix(self.job_id))
+        return sum(self.store.delete_prefix(prefix) for prefix in prefixes)
 
     def _require_model(self) -> BiasedMF:
         if self._model is None:
@@ -284,7 +217,7 @@ class DistributedBackend(TrainingBackend):
         snapshot = self._snapshot()
         for worker in self._workers_to_launch(config.workers):
             self._launch(worker, snapshot, config, attempt=0)
-        if self.policy.name == "asp":
+        if self.policy.applies_on_arrival:
             self._run_asp(config)
         else:
             self._run_selective(config)
@@ -312,26 +245,28 @@ class DistributedBackend(TrainingBackend):
         """
         model_ref = self._snapshot()
         window_ref = self._window or self._write_window()
-        state = {
-            "format_version": CHECKPOINT_FORMAT_VERSION,
-            "job_id": self.job_id,
-            "written_at": time.time(),
-            "next_epoch": self._epoch,
-            "snapshot_seq": self._snapshots,
-            "model": {"key": model_ref[0], "sha256": model_ref[1]},
-            "window": {"key": window_ref[0], "sha256": window_ref[1]},
-            "split": self._sharded_for,
-            "seed": self.seed,
-            "policy": {"name": self.policy.name, "ratio": self.policy.ratio},
-            "timeout_s": self.timeout_s,
-            "max_retries": self.max_retries,
-            "in_flight": [r.as_dict() for r in self._running.values()],
-            "epochs": [dataclasses.asdict(e) for e in self.epochs],
-            "stats": self.stats.as_dict(),
-        }
+        state = CheckpointState(
+            job_id=self.job_id,
+            written_at=time.time(),
+            next_epoch=self._epoch,
+            snapshot_seq=self._snapshots,
+            model=ObjectRef(*model_ref),
+            window=ObjectRef(*window_ref),
+            split=self._sharded_for,
+            seed=self.seed,
+            policy_name=self.policy.name,
+            policy_ratio=self.policy.ratio,
+            timeout_s=self.timeout_s,
+            max_retries=self.max_retries,
+            in_flight=tuple(
+                InFlight(r.worker, r.epoch, r.attempt, r.memory_mb, r.task)
+                for r in self._running.values()
+            ),
+            epochs=tuple(dataclasses.asdict(e) for e in self.epochs),
+            stats=self.stats.as_dict(),
+        )
         key = checkpoint_key(self.job_id)
-        data = json.dumps(state, sort_keys=True, default=json_scalar).encode()
-        self.store.put(key, data)
+        self.store.put(key, state.to_json())
         return key
 
     def _write_window(self) -> tuple[str, str]:
@@ -372,72 +307,70 @@ class DistributedBackend(TrainingBackend):
             If the checkpoint, its snapshot or its window is missing, damaged (fails its
             SHA-256) or inconsistent; the message names the key.
         """
-        state = read_checkpoint(store, job_id)
+        state = read_checkpoint(store, job_id, store_url)
         if state is None:
             return None
-        key = checkpoint_key(job_id)
+        backend = cls(
+            runtime,
+            store,
+            store_url,
+            job_id,
+            policy or SyncPolicy(state.policy_name, state.policy_ratio),
+            seed=state.seed,
+            timeout_s=state.timeout_s if timeout_s is None else timeout_s,
+            max_retries=state.max_retries if max_retries is None else max_retries,
+            checkpoint=checkpoint,
+        )
         try:
-            backend = cls(
-                runtime,
-                store,
-                store_url,
-                job_id,
-                policy or SyncPolicy(state["policy"]["name"], float(state["policy"]["ratio"])),
-                seed=int(state["seed"]),
-                timeout_s=float(state["timeout_s"] if timeout_s is None else timeout_s),
-                max_retries=int(state["max_retries"] if max_retries is None else max_retries),
-                checkpoint=checkpoint,
-            )
             backend._restore(state)
         except CheckpointError:
             raise
         except (KeyError, TypeError, ValueError) as exc:
-            detail = f"missing field {exc}" if isinstance(exc, KeyError) else str(exc)
-            raise CheckpointError(f"checkpoint {key!r} is malformed: {detail}") from exc
+            key = checkpoint_key(job_id)
+            raise CheckpointError(f"checkpoint {key!r} is malformed: {exc}") from exc
         return backend
 
-    def _restore(self, state: dict[str, Any]) -> None:
-        model_ref, window_ref = state["model"], state["window"]
+    def _restore(self, state: CheckpointState) -> None:
+        model_ref, window_ref = state.model, state.window
         try:
             model = model_from_bytes(get_verified(self.store, model_ref, "model snapshot"))
         except CheckpointError:
             raise
         except ArtifactError as exc:
-            raise CheckpointError(f"model snapshot {model_ref['key']!r}: {exc}") from exc
+            raise CheckpointError(f"model snapshot {model_ref.key!r}: {exc}") from exc
         try:
             arrays = load_arrays(get_verified(self.store, window_ref, "window"))
         except CheckpointError:
             raise
         except ArtifactError as exc:
-            raise CheckpointError(f"window {window_ref['key']!r}: {exc}") from exc
+            raise CheckpointError(f"window {window_ref.key!r}: {exc}") from exc
         missing = sorted({"users", "items", "ratings", "order"} - set(arrays))
         if missing:
-            raise CheckpointError(f"window {window_ref['key']!r} lacks arrays {missing}")
+            raise CheckpointError(f"window {window_ref.key!r} lacks arrays {missing}")
         users, items = arrays["users"].astype(np.int64), arrays["items"].astype(np.int64)
         ratings, order = arrays["ratings"].astype(np.float64), arrays["order"].astype(np.int64)
         n = len(ratings)
         if not (len(users) == len(items) == n and np.array_equal(np.sort(order), np.arange(n))):
-            raise CheckpointError(f"window {window_ref['key']!r} arrays disagree in length")
+            raise CheckpointError(f"window {window_ref.key!r} arrays disagree in length")
         if n and (users.max() >= model.n_users or items.max() >= model.n_items):
             raise CheckpointError(
-                f"window {window_ref['key']!r} does not fit snapshot {model_ref['key']!r}"
+                f"window {window_ref.key!r} does not fit snapshot {model_ref.key!r}"
             )
         self._model = model
         self._users, self._items, self._ratings, self._order = users, items, ratings, order
         self._shares_for = 0
-        self._current = (model_ref["key"], model_ref["sha256"])
-        self._window = (window_ref["key"], window_ref["sha256"])
-        self._epoch = int(state["next_epoch"])
-        self._snapshots = max(int(state["snapshot_seq"]), self._next_snapshot_in_store())
-        split = int(state["split"])
+        self._current = (model_ref.key, model_ref.sha256)
+        self._window = (window_ref.key, window_ref.sha256)
+        self._epoch = state.next_epoch
+        self._snapshots = max(state.snapshot_seq, self._next_snapshot_in_store())
+        split = state.split
         shards = [shard_key(self.job_id, w, split) for w in range(split)]
         self._sharded_for = split if all(self.store.exists(k) for k in shards) else 0
-        self.epochs = [EpochRecord(**e) for e in state["epochs"]]
-        self.stats = CoordinatorStats.from_dict(state["stats"])
+        self.epochs = [EpochRecord(**e) for e in state.epochs]
+        self.stats = CoordinatorStats.from_dict(state.stats)
         self._recorded = {r.request_id for r in self.stats.invocations}
-        in_flight = [parse_in_flight(entry, self.store_url) for entry in state["in_flight"]]
-        for worker, epoch, attempt, memory_mb, task in in_flight:
-            self._requeue(worker, epoch, attempt, memory_mb, task)
+        for entry in state.in_flight:
+            self._requeue(entry.worker, entry.epoch, entry.attempt, entry.memory_mb, entry.task)
 
     def _next_snapshot_in_store(self) -> int:
         """One past the highest snapshot in the store: a crashed coordinator may have
@@ -662,7 +595,7 @@ class DistributedBackend(TrainingBackend):
         left between epochs; ASP keeps each shard's one worker busy and relaunches it
         on arrival, so it starts only the idle ones.
         """
-        if self.policy.name == "selective":
+        if self.policy.restarts_busy_shards:
             return list(range(workers))
         busy = {r.worker for r in self._running.values()}
         return [w for w in range(workers) if w not in busy]

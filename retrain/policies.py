@@ -8,6 +8,7 @@ seen so far warrant one on their own (a first model, a schedule)?
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass
 
 
@@ -65,4 +66,6 @@ class AdwinPolicy(TriggerPolicy):
         return None
 
 
-POLICIES: dict[str, type[TriggerPolicy]] = {"adwin": AdwinPolicy}
+#: Trigger policies by name (``RETRAIN_POLICY``); each is built with the settings'
+#: ``bootstrap_events`` and ``refresh_events``.
+POLICIES: dict[str, Callable[..., TriggerPolicy]] = {"adwin": AdwinPolicy}

@@ -1,4 +1,4 @@
-"""Function runtimes: where workers run (``local`` now; Lambda, GPU, simulation next)."""
+"""Function runtimes: where workers run (``local``, ``lambda``, ``gpu``, ``sim``, ``thread``)."""
 
 from functions.runtimes.aws import LambdaRuntime, parse_report
 from functions.runtimes.base import (
@@ -14,6 +14,7 @@ from functions.runtimes.base import (
 )
 from functions.runtimes.local import LocalRuntime
 from functions.runtimes.sim import PerformanceModel, SimRuntime
+from functions.runtimes.thread import ThreadRuntime
 
 __all__ = [
     "ERROR",
@@ -27,6 +28,7 @@ __all__ = [
     "LocalRuntime",
     "Runtime",
     "SimRuntime",
+    "ThreadRuntime",
     "open_runtime",
     "parse_report",
     "register_runtime",

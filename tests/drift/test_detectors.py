@@ -1,15 +1,27 @@
-"""Conformance checks every drift detector passes (one parametrised suite)."""
+"""Conformance checks every drift detector passes (one parametrised suite).
 
+Every entry of ``drift.DETECTORS`` joins the suite as the service builds it.
+"""
+
+import json
 import pickle
 
 import numpy as np
 import pytest
 
+import drift
 from drift.base import DriftDetector
 from drift.heartbeat import Heartbeat
 from drift.monitor import DriftMonitor
 
-DETECTORS = [DriftMonitor(), DriftMonitor(delta=0.05, min_relative_drop=0.0, min_heartbeats=2)]
+DETECTORS = [
+    DriftMonitor(),
+    DriftMonitor(delta=0.05, min_relative_drop=0.0, min_heartbeats=2),
+    *(
+        drift.make_detector(name, delta=0.002, min_relative_drop=0.1, min_heartbeats=5)
+        for name in drift.DETECTORS
+    ),
+]
 
 
 def heartbeats(seed: int = 0) -> list[Heartbeat]:
@@ -48,3 +60,20 @@ def test_reset_behaves_like_a_fresh_clone(detector: DriftDetector) -> None:
     run(used, beats)
     used.reset()
     assert run(used, beats) == run(detector.clone(), beats)
+
+
+@pytest.mark.parametrize("detector", DETECTORS, ids=repr)
+def test_state_resumes_through_json_at_every_point(detector: DriftDetector) -> None:
+    beats = heartbeats(seed=3)
+    expected = run(detector.clone(), beats)
+    for stop in (0, 60, 160, 175, 240):
+        before = detector.clone()
+        run(before, beats[:stop])
+        resumed = detector.clone()
+        resumed.restore(json.loads(json.dumps(before.state())))
+        assert run(resumed, beats[stop:]) == expected[stop:], stop
+
+
+def test_an_unknown_detector_is_refused_naming_the_choices() -> None:
+    with pytest.raises(ValueError, match="adwin-heartbeat"):
+        drift.make_detector("page-hinkley", delta=0.1, min_relative_drop=0.1, min_heartbeats=5)

@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -125,3 +126,36 @@ def test_non_finite_or_negative_errors_are_rejected(bad: float) -> None:
     with pytest.raises(ValueError, match="squared_errors"):
         agg.add(np.array([1.0, bad]))
     assert agg.pending_events == 0
+
+
+def test_a_restored_aggregator_closes_the_same_heartbeats_as_an_uninterrupted_one() -> None:
+    errors = np.random.default_rng(5).exponential(1.0, 1_234)
+    uninterrupted = HeartbeatAggregator(every_events=100).add(errors)
+    before = HeartbeatAggregator(every_events=100)
+    first = before.add(errors[:567])
+    after = HeartbeatAggregator(every_events=100)
+    after.restore(json.loads(json.dumps(before.state())))
+    assert after.pending_events == 67
+    resumed = first + after.add(errors[567:])
+    # Equal up to summation order: a cut anywhere regroups the float sums.
+    assert [(b.index, b.events, b.events_seen) for b in resumed] == [
+        (b.index, b.events, b.events_seen) for b in uninterrupted
+    ]
+    assert [b.rmse for b in resumed] == pytest.approx([b.rmse for b in uninterrupted], rel=1e-12)
+
+
+@pytest.mark.parametrize(
+    "state",
+    [
+        {"pending_sum": 1.0, "pending_count": 100, "index": 0, "events_seen": 0},
+        {"pending_sum": 1.0, "pending_count": -1, "index": 0, "events_seen": 0},
+        {"pending_sum": math.inf, "pending_count": 3, "index": 0, "events_seen": 0},
+        {"pending_sum": 1.0, "pending_count": 3, "index": -2, "events_seen": 0},
+    ],
+)
+def test_a_state_this_aggregator_cannot_have_is_refused_and_changes_nothing(state: dict) -> None:
+    agg = HeartbeatAggregator(every_events=100)
+    agg.add(np.ones(7))
+    with pytest.raises(ValueError):
+        agg.restore(state)
+    assert agg.state() == {"pending_sum": 7.0, "pending_count": 7, "index": 0, "events_seen": 0}

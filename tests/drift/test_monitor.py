@@ -1,3 +1,4 @@
+import json
 import math
 
 import numpy as np
@@ -117,3 +118,33 @@ def test_invalid_arguments_are_rejected_by_name(kwargs: dict, name: str) -> None
 def test_non_finite_heartbeat_is_rejected() -> None:
     with pytest.raises(ValueError, match="rmse"):
         DriftMonitor().update(Heartbeat(0, 1, 1, math.nan))
+
+
+def test_a_monitor_restored_mid_drift_alerts_at_the_same_heartbeat() -> None:
+    rng = np.random.default_rng(4)
+    levels = np.r_[rng.normal(0.9, 0.03, 120), rng.normal(1.15, 0.03, 80)]
+    beats = [Heartbeat(i, 500, 500 * (i + 1), float(v)) for i, v in enumerate(levels)]
+
+    def first_alert(monitor: DriftMonitor, start: int) -> DriftAlert | None:
+        for beat in beats[start:]:
+            alert = monitor.update(beat)
+            if alert is not None:
+                return alert
+        return None
+
+    uninterrupted = first_alert(DriftMonitor(), 0)
+    assert uninterrupted is not None and uninterrupted.heartbeat_index > 120
+    before_crash = DriftMonitor()
+    for beat in beats[:125]:
+        assert before_crash.update(beat) is None
+    restored = DriftMonitor()
+    restored.restore(json.loads(json.dumps(before_crash.state())))
+    assert first_alert(restored, 125) == uninterrupted
+    assert first_alert(DriftMonitor(), 125) is None  # what a restart without state sees
+
+
+def test_a_saved_state_with_a_non_finite_heartbeat_is_refused() -> None:
+    monitor = DriftMonitor()
+    with pytest.raises(ValueError, match="finite"):
+        monitor.restore({"heartbeats": [0.9, "nan"], "changes": 0})
+    assert monitor.window_size == 0

@@ -90,6 +90,7 @@ def test_sends_the_workers_event_and_bills_from_lambdas_report(
     assert record.cost_usd == pytest.approx(expected)
 
 
+@pytest.mark.slow
 def test_the_local_runtime_hands_the_handler_the_same_event(
     problem: Problem,  # noqa: F811
 ) -> None:

@@ -80,6 +80,34 @@ def test_store_conformance(store: ObjectStore) -> None:
     assert open_object_store(store.url).get("other") == b""
 
 
+def test_delete_prefix_deletes_only_what_starts_with_it(store: ObjectStore) -> None:
+    job = [f"deltas/job-1/e{e}/w{w}.pack" for e in range(3) for w in range(4)]
+    kept = ["deltas/job-10/e0/w0.pack", "deltas/job-2/e0/w0.pack", "models/v1/m.npz"]
+    for key in job + kept:
+        store.put(key, b"x")
+
+    assert store.delete_prefix("deltas/job-1/") == len(job)
+    assert store.list() == sorted(kept)
+    assert store.delete_prefix("deltas/job-1/") == 0  # nothing left: not an error
+    assert store.delete_prefix("deltas/job-") == 2
+    assert store.list() == ["models/v1/m.npz"]
+    for prefix in ("", "../", "/abs"):
+        with pytest.raises(ValueError):
+            store.delete_prefix(prefix)
+    assert store.list() == ["models/v1/m.npz"]
+
+
+def test_file_delete_prefix_leaves_no_empty_directories(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path)
+    store.put("shards/job-1/4/w0.npz", b"x")
+    store.put("shards/job-1/2/w1.npz", b"x")
+    store.put("shards/job-2/4/w0.npz", b"x")
+
+    assert store.delete_prefix("shards/job-1/") == 2
+    assert not (tmp_path / "shards" / "job-1").exists()
+    assert (tmp_path / "shards" / "job-2" / "4" / "w0.npz").is_file()
+
+
 @pytest.mark.parametrize(
     "key",
     ["", "/etc/passwd", "../outside", "a/../../b", "a\\b", "a//b", "a/", "./a", "a/./b", "a\x00"],

@@ -136,6 +136,23 @@ def test_list_paginates_and_is_relative_to_the_prefix(endpoint: str, bucket: str
     assert store.list("deltas/e1/w0") == [f"deltas/e1/w{w:02d}.npz" for w in range(10)]
 
 
+def test_delete_prefix_batches_and_stays_inside_the_store_prefix(
+    endpoint: str, bucket: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("functions.s3._DELETE_BATCH", 4)
+    store = S3ObjectStore(bucket, "jobs/j1")
+    keys = [f"deltas/e0/w{worker:02d}.pack" for worker in range(10)]
+    for key in keys:
+        store.put(key, b"d")
+    other = S3ObjectStore(bucket, "jobs/j10")
+    other.put("deltas/e0/w00.pack", b"other job")
+
+    requests = count_requests(store, "DeleteObjects")
+    assert store.delete_prefix("deltas/") == 10
+    assert len(requests) == 3  # 10 keys at 4 per request
+    assert store.list() == [] and other.list() == ["deltas/e0/w00.pack"]
+
+
 def test_prefixes_isolate_stores_on_one_bucket(endpoint: str, bucket: str) -> None:
     a, ab, root = (S3ObjectStore(bucket, p) for p in ("a", "ab", ""))
     a.put("models/v1/m.npz", b"from a")

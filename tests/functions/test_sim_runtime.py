@@ -368,7 +368,8 @@ def test_the_work_of_a_worker_event_comes_from_its_shard_in_the_store(
 
 def test_the_coordinator_runs_unchanged_on_the_simulator(store: FileObjectStore) -> None:
     from configurator.space import EpochConfig
-    from retrain.coordinator import DistributedBackend, SyncPolicy
+    from retrain.coordinator import DistributedBackend
+    from retrain.sync import SyncPolicy
     from retrain.window import RatingsWindow
 
     rng = np.random.default_rng(1)
@@ -412,7 +413,8 @@ def _window_and_model(seed: int = 1) -> tuple[Any, BiasedMF]:
 
 def _bsp_losses(runtime: Any, store: FileObjectStore, epochs: int) -> list[float]:
     from configurator.space import EpochConfig
-    from retrain.coordinator import DistributedBackend, SyncPolicy
+    from retrain.coordinator import DistributedBackend
+    from retrain.sync import SyncPolicy
 
     window, model = _window_and_model()
     backend = DistributedBackend(runtime, store, store.url, "job", SyncPolicy.bsp(), timeout_s=60)

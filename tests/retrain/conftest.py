@@ -1,4 +1,4 @@
-"""Fixtures shared by the retraining tests that start real worker processes."""
+"""Fixtures shared by the retraining tests: worker runtimes, closed after each test."""
 
 from __future__ import annotations
 
@@ -7,19 +7,29 @@ from typing import Any
 
 import pytest
 
-from functions.runtimes import LocalRuntime
+from functions.runtimes import LocalRuntime, Runtime, ThreadRuntime
 
 
-@pytest.fixture
-def make_runtime() -> Iterator[Callable[..., LocalRuntime]]:
-    """Opens local runtimes (3 concurrent workers unless told) and closes them after."""
-    opened: list[LocalRuntime] = []
+def _opener(kind: Callable[..., Runtime]) -> Iterator[Callable[..., Runtime]]:
+    opened: list[Runtime] = []
 
-    def make(**kwargs: Any) -> LocalRuntime:
-        runtime = LocalRuntime(**{"concurrency": 3, **kwargs})
+    def make(**kwargs: Any) -> Runtime:
+        runtime = kind(**{"concurrency": 3, **kwargs})
         opened.append(runtime)
         return runtime
 
     yield make
     for runtime in opened:
         runtime.close()
+
+
+@pytest.fixture
+def make_runtime() -> Iterator[Callable[..., Runtime]]:
+    """Opens in-process (thread) runtimes, 3 concurrent workers unless told."""
+    yield from _opener(ThreadRuntime)
+
+
+@pytest.fixture
+def make_local_runtime() -> Iterator[Callable[..., Runtime]]:
+    """Opens ``local`` runtimes (worker processes): for the tests marked slow."""
+    yield from _opener(LocalRuntime)

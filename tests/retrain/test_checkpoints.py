@@ -87,7 +87,7 @@ def _arrays_equal(a: BiasedMF, b: BiasedMF) -> bool:
 def _checkpointed_model(store: ObjectStore) -> BiasedMF:
     state = read_checkpoint(store, JOB)
     assert state is not None
-    return model_from_bytes(store.get(state["model"]["key"]), state["model"]["sha256"])
+    return model_from_bytes(store.get(state.model.key), state.model.sha256)
 
 
 class _Crash(Exception):
@@ -176,16 +176,16 @@ def test_every_epoch_writes_a_checkpoint_naming_complete_objects(
         outcome = backend.run_epoch(_config())
         assert outcome.details["checkpoint"] == checkpoint_key(JOB)
         state = read_checkpoint(store, JOB)
-        assert state is not None and state["next_epoch"] == epoch + 1
-        assert [e["epoch"] for e in state["epochs"]] == list(range(epoch + 1))
-        assert state["epochs"][-1]["loss"] == outcome.loss
-        data = store.get(state["model"]["key"])
-        assert sha256_hex(data) == state["model"]["sha256"]
+        assert state is not None and state.next_epoch == epoch + 1
+        assert [e["epoch"] for e in state.epochs] == list(range(epoch + 1))
+        assert state.epochs[-1]["loss"] == outcome.loss
+        data = store.get(state.model.key)
+        assert sha256_hex(data) == state.model.sha256
         assert _arrays_equal(model_from_bytes(data), backend.model)
-    assert state["window"]["key"] == window_key(JOB)
-    assert state["split"] == WORKERS and state["seed"] == 3 and state["in_flight"] == []
-    assert state["policy"] == {"name": "bsp", "ratio": 1.0}
-    assert len(state["stats"]["used"]) == 3 * WORKERS
+    assert state.window.key == window_key(JOB)
+    assert state.split == WORKERS and state.seed == 3 and state.in_flight == ()
+    assert (state.policy_name, state.policy_ratio) == ("bsp", 1.0)
+    assert len(state.stats["used"]) == 3 * WORKERS
     # The snapshot a checkpoint writes is the one the next epoch's workers pull: one
     # snapshot per epoch plus the first, as without checkpoints.
     assert store.list(f"snapshots/{JOB}/") == [snapshot_key(JOB, n) for n in range(4)]
@@ -208,15 +208,15 @@ def test_a_checkpoint_round_trips_the_coordinator(window: RatingsWindow, tmp_pat
 
     state = read_checkpoint(store, JOB)
     assert state is not None
-    [in_flight] = state["in_flight"]
-    assert {k: in_flight[k] for k in ("worker", "epoch", "attempt", "memory_mb")} == {
-        "worker": 2,
-        "epoch": 1,
-        "attempt": 0,
-        "memory_mb": 512,
-    }
-    assert in_flight["task"]["delta_key"] == delta_key(JOB, 1, 2)
-    assert in_flight["task"]["snapshot_key"] == snapshot_key(JOB, 1)
+    [in_flight] = state.in_flight
+    assert (in_flight.worker, in_flight.epoch, in_flight.attempt, in_flight.memory_mb) == (
+        2,
+        1,
+        0,
+        512,
+    )
+    assert in_flight.task.delta_key == delta_key(JOB, 1, 2)
+    assert in_flight.task.snapshot_key == snapshot_key(JOB, 1)
 
     runtime = InlineRuntime()
     resumed = DistributedBackend.resume(runtime, store, store.url, JOB)
@@ -404,8 +404,9 @@ def _assert_resumed_like_an_uninterrupted_job(
 
 @pytest.mark.slow
 def test_a_coordinator_dropped_mid_job_resumes_on_real_workers(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_local_runtime: Callable[..., LocalRuntime]
 ) -> None:
+    make_runtime = make_local_runtime
     policy = SyncPolicy.selective(2 / 3)
     reference_store = _store(tmp_path / "reference")
     reference = _run_job(
@@ -439,8 +440,9 @@ def _coordinator_main(root: str) -> None:
 
 @pytest.mark.slow
 def test_a_coordinator_killed_mid_job_resumes_from_its_checkpoint(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_local_runtime: Callable[..., LocalRuntime]
 ) -> None:
+    make_runtime = make_local_runtime
     epochs = 8
     policy = SyncPolicy.selective(2 / 3)
     reference = _run_job(
@@ -470,7 +472,7 @@ def test_a_coordinator_killed_mid_job_resumes_from_its_checkpoint(
         deadline = time.monotonic() + 120
         while True:
             state = read_checkpoint(store, JOB) if store.exists(checkpoint_key(JOB)) else None
-            if state is not None and state["next_epoch"] >= 2 and state["in_flight"]:
+            if state is not None and state.next_epoch >= 2 and state.in_flight:
                 break
             assert child.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, "no checkpoint with work in flight in time"
@@ -479,15 +481,15 @@ def test_a_coordinator_killed_mid_job_resumes_from_its_checkpoint(
         assert child.wait(timeout=30) == -signal.SIGKILL
 
         state = read_checkpoint(store, JOB)
-        assert state is not None and 2 <= state["next_epoch"] < epochs and state["in_flight"]
+        assert state is not None and 2 <= state.next_epoch < epochs and state.in_flight
         # The killed coordinator's stragglers finish on their own and push their updates.
-        late = [entry["task"]["delta_key"] for entry in state["in_flight"]]
+        late = [entry.task.delta_key for entry in state.in_flight]
         while not all(store.exists(key) for key in late):
             assert time.monotonic() < deadline + 60, f"the stragglers' deltas {late} never came"
             time.sleep(0.05)
 
         resumed = DistributedBackend.resume(make_runtime(), store, store.url, JOB)
-        assert resumed is not None and resumed.epoch == state["next_epoch"]
+        assert resumed is not None and resumed.epoch == state.next_epoch
         assert _arrays_equal(resumed.model, _checkpointed_model(store))
         at_resume = resumed.epochs[-1].loss
         result = _run_job(resumed, window, epochs, resumed=True)
@@ -496,9 +498,9 @@ def test_a_coordinator_killed_mid_job_resumes_from_its_checkpoint(
             os.killpg(child.pid, signal.SIGKILL)  # the killed coordinator's orphaned workers
     # Their updates were used, late, by the resumed coordinator.
     used = {(u.worker, u.computed_on): u for u in resumed.stats.used}
-    for entry in state["in_flight"]:
-        update = used[entry["worker"], entry["epoch"]]
-        assert update.applied_in == state["next_epoch"] and update.staleness >= 1
+    for entry in state.in_flight:
+        update = used[entry.worker, entry.epoch]
+        assert update.applied_in == state.next_epoch and update.staleness >= 1
     _assert_resumed_like_an_uninterrupted_job(
-        result, reference, at_resume, first_new=state["next_epoch"]
+        result, reference, at_resume, first_new=state.next_epoch
     )

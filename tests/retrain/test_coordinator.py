@@ -1,9 +1,10 @@
-"""Selective-synchronous DSGD on real worker processes (the local runtime)."""
+"""Selective-synchronous DSGD on workers of the in-process (thread) runtime."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import wait
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +13,13 @@ import pytest
 from configurator import EpochConfig, StaticConfigurator
 from functions.mf import BiasedMF
 from functions.objectstore import FileObjectStore
-from functions.runtimes import LocalRuntime
+from functions.runtimes import Runtime
 from retrain.convergence import ConvergenceRule
-from retrain.coordinator import DistributedBackend, SyncPolicy
+from retrain.coordinator import DistributedBackend
 from retrain.job import run_training
+from retrain.sync import SyncPolicy
 from retrain.window import RatingsWindow
 from tests.support.synthetic import stationary_stream
-
-pytestmark = pytest.mark.slow
 
 WORKERS = 3
 
@@ -42,7 +42,7 @@ def _model(window: RatingsWindow) -> BiasedMF:
 
 
 def _backend(
-    tmp_path: Path, runtime: LocalRuntime, policy: SyncPolicy, **kwargs: object
+    tmp_path: Path, runtime: Runtime, policy: SyncPolicy, **kwargs: object
 ) -> DistributedBackend:
     root = tmp_path / "objects"
     return DistributedBackend(
@@ -55,7 +55,7 @@ def _config() -> EpochConfig:
 
 
 def test_bsp_averages_every_worker_and_the_loss_falls(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
 ) -> None:
     backend = _backend(tmp_path, make_runtime(), SyncPolicy.bsp())
     backend.prepare(_model(window), window)
@@ -67,7 +67,7 @@ def test_bsp_averages_every_worker_and_the_loss_falls(
 
 
 def test_selective_sync_does_not_wait_for_a_straggler_and_uses_its_update_later(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
 ) -> None:
     factors = iter([30.0] + [1.0] * 1000)  # the very first invocation is a straggler
     runtime = make_runtime(concurrency=2 * WORKERS, slowdown=lambda: next(factors))
@@ -92,7 +92,7 @@ def test_selective_sync_does_not_wait_for_a_straggler_and_uses_its_update_later(
 
 
 def test_asp_applies_updates_as_they_arrive(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
 ) -> None:
     backend = _backend(tmp_path, make_runtime(), SyncPolicy.asp())
     model = _model(window)
@@ -102,10 +102,43 @@ def test_asp_applies_updates_as_they_arrive(
     assert len(backend.stats.used) == 3 * WORKERS
 
 
-def test_a_worker_that_times_out_is_retried_and_the_job_goes_on(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+def test_a_finished_job_hands_over_its_stragglers_and_deletes_its_objects(
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
 ) -> None:
-    factors = iter([200.0] + [1.0] * 1000)
+    factors = iter([40.0] + [1.0] * 1000)  # the very first invocation is a straggler
+    runtime = make_runtime(concurrency=2 * WORKERS, slowdown=lambda: next(factors))
+    backend = _backend(tmp_path, runtime, SyncPolicy.selective(2 / 3))
+    backend.prepare(_model(window), window)
+    backend.run_epoch(_config())
+    pending = backend.pending_invocations()
+    assert len(pending) == 1 and not pending[0].done()  # returned without waiting
+    billed = len(backend.stats.invocations)
+    wait(pending, timeout=60)
+    backend.finish_stragglers()
+    assert len(backend.stats.invocations) == billed + 1 and not backend.pending_invocations()
+
+    store = backend.store
+    assert {key.split("/")[0] for key in store.list()} == {
+        "checkpoints",
+        "deltas",
+        "shards",
+        "snapshots",
+    }
+    store.put("deltas/job-10/000000/00000.pack", b"another job's")
+    deleted = backend.cleanup(keep_checkpoint=True)
+    assert store.list() == [
+        "checkpoints/job-1/latest.json",
+        "checkpoints/job-1/window.npz",
+        "deltas/job-10/000000/00000.pack",
+    ]
+    assert backend.cleanup() == 2 and deleted > 2 * WORKERS
+    assert store.list() == ["deltas/job-10/000000/00000.pack"]
+
+
+def test_a_worker_that_times_out_is_retried_and_the_job_goes_on(
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
+) -> None:
+    factors = iter([10_000.0] + [1.0] * 1000)  # the first worker overruns its 3 s
     runtime = make_runtime(slowdown=lambda: next(factors))
     backend = _backend(tmp_path, runtime, SyncPolicy.bsp(), timeout_s=3.0, max_retries=1)
     backend.prepare(_model(window), window)
@@ -116,7 +149,7 @@ def test_a_worker_that_times_out_is_retried_and_the_job_goes_on(
 
 
 def test_a_job_runs_end_to_end_through_the_coordinator(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
 ) -> None:
     backend = _backend(tmp_path, make_runtime(), SyncPolicy.selective(2 / 3))
     result = run_training(
@@ -133,9 +166,9 @@ def test_a_job_runs_end_to_end_through_the_coordinator(
 
 
 def test_asp_retries_a_failed_worker_once_instead_of_also_relaunching_it(
-    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., LocalRuntime]
+    window: RatingsWindow, tmp_path: Path, make_runtime: Callable[..., Runtime]
 ) -> None:
-    factors = iter([200.0] + [1.0] * 1000)
+    factors = iter([10_000.0] + [1.0] * 1000)  # the first worker overruns its 3 s
     runtime = make_runtime(slowdown=lambda: next(factors))
     backend = _backend(tmp_path, runtime, SyncPolicy.asp(), timeout_s=3.0, max_retries=1)
     backend.prepare(_model(window), window)

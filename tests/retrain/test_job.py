@@ -13,13 +13,22 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pytest
 
-from configurator import EpochConfig, Observation, StaticConfigurator
+from configurator import (
+    CONFIGURATORS,
+    EpochConfig,
+    Observation,
+    StaticConfigurator,
+    make_configurator,
+)
 from functions.mf import BiasedMF
 from retrain.backends import EpochOutcome, InProcessBackend, TrainingBackend
 from retrain.convergence import ConvergenceRule, StopReason
 from retrain.job import EpochRecord, JobResult, run_training, starting_model
 from retrain.policies import POLICIES, AdwinPolicy, TriggerPolicy
+from retrain.spec import JobSpec
 from retrain.window import RatingsWindow
+from service.retraining import job_spec
+from service.settings import Settings
 from tests.support.synthetic import stationary_stream
 
 CONFIG = EpochConfig(batch_size=128, learning_rate=0.05)
@@ -328,3 +337,73 @@ def test_adwin_policy_defaults_and_registry() -> None:
     assert (policy.bootstrap_events, policy.refresh_events, policy.name) == (1000, None, "adwin")
     assert POLICIES["adwin"] is AdwinPolicy
     assert isinstance(POLICIES["adwin"](bootstrap_events=5), TriggerPolicy)
+
+
+# -- JobSpec and the configurator registry ---------------------------------------------
+
+
+def test_a_spec_survives_its_job_record_and_ignores_keys_it_does_not_know() -> None:
+    spec = JobSpec(workers=6, sync="asp", runtime="thread", budget_usd=0.5, target_loss=0.2)
+    params = spec.as_params()
+    assert JobSpec.from_params({**params, "retired_setting": 3}) == spec
+    assert JobSpec.from_params({"workers": 2}) == JobSpec(workers=2)  # an older record
+
+
+def test_a_spec_is_frozen() -> None:
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        JobSpec().workers = 3  # type: ignore[misc]
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"factors": 0},
+        {"batch_size": 0},
+        {"max_epochs": 0},
+        {"sync_ratio": 0.0},
+        {"sync_ratio": 1.5},
+        {"learning_rate": 0.0},
+        {"latency_cap_s": -1.0},
+        {"history_sample": -1},
+        {"regularization": -0.1},
+    ],
+)
+def test_a_spec_refuses_values_no_job_can_run_with(bad: dict[str, float]) -> None:
+    with pytest.raises(ValueError):
+        JobSpec(**bad)  # type: ignore[arg-type]
+
+
+def test_a_spec_carries_the_settings_choices_of_policy_configurator_and_runtime() -> None:
+    settings = Settings(retrain_runtime="sim", retrain_workers=5, retrain_sync="bsp")
+    spec = job_spec(settings)
+    assert (spec.policy, spec.configurator, spec.runtime, spec.sync) == (
+        "adwin",
+        "static",
+        "sim",
+        "bsp",
+    )
+    assert spec.epoch_config() == EpochConfig(
+        settings.batch_size,
+        settings.learning_rate,
+        workers=5,
+        sync_ratio=settings.retrain_sync_ratio,
+        memory_mb=settings.retrain_memory_mb,
+    )
+    assert spec.rule().max_epochs == settings.max_epochs
+
+
+def test_configurators_are_a_registry_built_from_the_jobs_default_config() -> None:
+    default = JobSpec(batch_size=256, workers=3).epoch_config()
+    configurator = make_configurator("static", default)
+    assert isinstance(configurator, StaticConfigurator)
+    assert configurator.propose(0, []) == configurator.propose(5, []) == default
+    assert set(CONFIGURATORS) == {"static"}
+    with pytest.raises(ValueError, match="unknown configurator 'gp'"):
+        make_configurator("gp", default)
+
+
+def test_settings_refuse_policies_and_configurators_not_registered() -> None:
+    with pytest.raises(ValueError, match="retrain_policy"):
+        Settings(retrain_policy="hourly")
+    with pytest.raises(ValueError, match="retrain_configurator"):
+        Settings(retrain_configurator="gp")

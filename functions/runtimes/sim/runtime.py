@@ -352,7 +352,9 @@ class SimRuntime(Runtime):
             return
         url = payload["store_url"]
         factors = self._store_work.factors(url, payload["snapshot_key"])
-        empty = {"format_version": np.array(DELTA_FORMAT_VERSION, dtype=np.int64)}
+        empty: dict[str, np.ndarray] = {
+            "format_version": np.array(DELTA_FORMAT_VERSION, dtype=np.int64)
+        }
         for side in ("user", "item"):
             empty[f"{side}_rows"] = np.zeros(0, dtype=np.int64)
             empty[f"{side}_bias"] = np.zeros(0)

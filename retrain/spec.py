@@ -1,0 +1,91 @@
+"""What a retraining job is asked to do, fixed when it is created.
+
+The spec is recorded with the job (``as_params``) and read back when a restarted service
+resumes it (``from_params``), so a resumed job trains with what it was started with,
+not with whatever the settings say after the restart.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from configurator.space import EpochConfig
+from retrain.convergence import ConvergenceRule
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A retraining job's model, data, stopping rule, placement and default config vector.
+
+    Examples
+    --------
+    >>> spec = JobSpec(workers=8, sync_ratio=0.5)
+    >>> JobSpec.from_params(spec.as_params()) == spec
+    True
+    >>> JobSpec(workers=0)
+    Traceback (most recent call last):
+    ...
+    ValueError: workers must be at least 1, got 0
+    """
+
+    factors: int = 8
+    learning_rate: float = 0.05
+    regularization: float = 0.1
+    batch_size: int = 1024
+    max_epochs: int = 30
+    target_loss: float | None = None
+    latency_cap_s: float = 600.0
+    budget_usd: float | None = None
+    history_sample: int = 50_000
+    workers: int = 4
+    sync_ratio: float = 0.75
+    memory_mb: int = 1024
+    runtime: str = "local"
+    sync: str = "selective"
+    configurator: str = "static"
+    policy: str = "adwin"
+    seed: int | None = 0
+
+    def __post_init__(self) -> None:
+        for name in ("factors", "batch_size", "max_epochs", "workers"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if not 0 < self.sync_ratio <= 1:
+            raise ValueError(f"sync_ratio must be in (0, 1], got {self.sync_ratio}")
+        if self.learning_rate <= 0 or self.latency_cap_s <= 0:
+            raise ValueError("learning_rate and latency_cap_s must be positive")
+        if self.history_sample < 0 or self.regularization < 0:
+            raise ValueError("history_sample and regularization must not be negative")
+
+    def as_params(self) -> dict[str, Any]:
+        """The job record's ``params`` (plain JSON)."""
+        return asdict(self)
+
+    @classmethod
+    def from_params(cls, params: dict[str, Any]) -> JobSpec:
+        """The spec a job was created with; fields it lacks (older jobs) take defaults.
+
+        Older records named two fields differently (``latency_cap_s`` and ``budget_usd``
+        are unchanged; nothing else is renamed), and unknown keys are ignored.
+        """
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in params.items() if k in known})
+
+    def epoch_config(self) -> EpochConfig:
+        """The config vector a configurator starts from."""
+        return EpochConfig(
+            self.batch_size,
+            self.learning_rate,
+            workers=self.workers,
+            sync_ratio=self.sync_ratio,
+            memory_mb=self.memory_mb,
+        )
+
+    def rule(self) -> ConvergenceRule:
+        return ConvergenceRule(
+            target_loss=self.target_loss,
+            max_epochs=self.max_epochs,
+            latency_cap_s=self.latency_cap_s,
+            budget_usd=self.budget_usd,
+        )
