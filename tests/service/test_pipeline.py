@@ -14,12 +14,12 @@ import pytest
 
 from retrain import EpochRecord
 from service.app import build_pipeline
-from service.pipeline import Pipeline
-from service.serving import ServingModel
+from service.serving.model import ServingModel
 from service.settings import Settings
 from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
 from service.store.jobs import create_job, get_job, list_jobs, update_job
+from service.stream.pipeline import Pipeline
 from tests.support.synthetic import stationary_stream
 
 BATCH = 100
@@ -44,6 +44,7 @@ def _settings(data_dir: Path, database_url: str) -> Settings:
         factors=8,
         max_epochs=5,
         refresh_events=None,
+        retrain_runtime="thread",
     )
 
 
@@ -337,16 +338,17 @@ def test_a_restart_resumes_a_distributed_job_from_its_checkpoint(
     served: Pipeline, make_pipeline: Callable[[], Pipeline]
 ) -> None:
     assert served.current is not None  # the bootstrap job ran
-    record_epoch = served.retrainer._record_epoch
+    recorder = served.retrainer._recorder
+    record_epoch = recorder.epoch
 
     def crash_after_checkpointing_epoch_2(job_id: int, record: EpochRecord) -> None:
         if record.epoch == 2:  # checkpointed, not yet in the job record
             raise _Crash
         record_epoch(job_id, record)
 
-    served.retrainer._record_epoch = crash_after_checkpointing_epoch_2  # type: ignore[method-assign]
+    recorder.epoch = crash_after_checkpointing_epoch_2  # type: ignore[method-assign]
     with pytest.raises(_Crash):
-        served.retrainer.request("manual", exclusive=True)
+        served.retrain_now()
     with served.db.connect() as conn:
         [crashed] = [j for j in list_jobs(conn) if j["status"] == "running"]
     assert [e["epoch"] for e in crashed["epochs"]] == [0, 1]
@@ -393,8 +395,35 @@ def test_a_second_process_follows_versions_published_by_another(
     follower = make_pipeline()  # shares the database and object store
     assert follower.serving.version == "v0001"
     assert follower.follow_registry() is False  # nothing newer yet
-    served.retrainer.request("manual")
+    served.retrain_now()
     assert served.serving.version == "v0002"
     assert follower.follow_registry() is True
     assert follower.serving.version == "v0002"
     assert follower.follow_registry() is False
+
+
+def test_a_crash_between_publishing_and_recording_publishes_one_version(
+    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+) -> None:
+    """kill -9 after the registry row, before the job says succeeded: the restarted
+    service records the job succeeded with that version instead of publishing again."""
+    recorder = served.retrainer._recorder
+
+    def crash(*args: object, **kwargs: object) -> None:
+        raise _Crash
+
+    recorder.succeeded = crash  # type: ignore[method-assign]
+    with pytest.raises(_Crash):
+        served.retrain_now()
+    published = served.registry.versions()
+    with served.db.connect() as conn:
+        [crashed] = [j for j in list_jobs(conn) if j["status"] == "running"]
+
+    restarted = make_pipeline()
+    with restarted.db.connect() as conn:
+        job = get_job(conn, crashed["id"])
+    assert job is not None and job["status"] == "succeeded"
+    assert restarted.registry.versions() == published
+    assert [v["job_id"] for v in published].count(crashed["id"]) == 1
+    assert job["model_version"] == published[0]["version"]
+    assert restarted.serving.version == published[0]["version"]

@@ -1,4 +1,4 @@
-"""The model registry (``service.registry.ModelRegistry``) over SQLite and a file store."""
+"""The model registry (``service.serving.registry.ModelRegistry``) over SQLite and a file store."""
 
 from __future__ import annotations
 
@@ -8,12 +8,15 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from sqlalchemy.exc import IntegrityError
 
 from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
 from functions.objectstore import FileObjectStore, model_key
-from service.registry import ModelRegistry
+from service.serving.registry import ModelRegistry
 from service.store import Database
+from service.store.jobs import create_job
+from service.store.versions import add_version
 from tests.support.synthetic import stationary_stream
 
 
@@ -226,16 +229,19 @@ class _RacingStore(FileObjectStore):
     lands under the name it took.
     """
 
-    def __init__(self, root: Path, rival: ModelRegistry, rival_model: BiasedMF) -> None:
+    def __init__(
+        self, root: Path, rival: ModelRegistry, rival_model: BiasedMF, job_id: int | None = None
+    ) -> None:
         super().__init__(root)
         self.rival = rival
         self.rival_model = rival_model
+        self.job_id = job_id
         self.raced = False
 
     def put(self, key: str, data: bytes) -> None:
         if not self.raced:
             self.raced = True
-            self.rival.publish(self.rival_model, last_event_id=1, job_id=None, rmse=None)
+            self.rival.publish(self.rival_model, last_event_id=1, job_id=self.job_id, rmse=None)
         super().put(key, data)
 
 
@@ -249,3 +255,128 @@ def test_a_publisher_losing_a_name_race_leaves_the_winners_version_intact(
     assert published.version == "v0002"
     # The rival's v0001 must still load: its registered checksum must match its bytes.
     assert rival.load("v0001").version == "v0001"
+
+
+def _job(db: Database) -> int:
+    with db.begin() as conn:
+        return create_job(conn, policy="adwin", trigger="manual", runtime="thread", params={})
+
+
+def _stored_models(store: FileObjectStore) -> list[str]:
+    return store.list("models/")
+
+
+def test_a_job_publishes_one_version_however_often_it_publishes(
+    db: Database, store: FileObjectStore, registry: ModelRegistry, events: list[dict]
+) -> None:
+    """A job resumed after a crash between publishing and recording publishes again: it
+    gets the version it published first, not a second one."""
+    job = _job(db)
+    first = registry.publish(_model(events, seed=1), last_event_id=5, job_id=job, rmse=0.9)
+    again = registry.publish(_model(events, seed=2), last_event_id=6, job_id=job, rmse=0.8)
+    assert again.version == first.version == "v0001"
+    assert again.last_event_id == 5
+    users, items = _pairs(events)
+    np.testing.assert_array_equal(
+        again.model.predict(users, items), first.model.predict(users, items)
+    )
+    assert [row["job_id"] for row in registry.versions()] == [job]
+    assert len(_stored_models(store)) == 1
+    # Another job still gets a version of its own.
+    other = registry.publish(_model(events, seed=3), last_event_id=7, job_id=_job(db), rmse=None)
+    assert other.version == "v0002"
+
+
+def test_a_job_id_registers_at_most_one_version_even_bypassing_the_lookup(
+    db: Database, registry: ModelRegistry, events: list[dict]
+) -> None:
+    job = _job(db)
+    registry.publish(_model(events), last_event_id=5, job_id=job, rmse=None)
+    with pytest.raises(IntegrityError), db.begin() as conn:
+        add_version(
+            conn,
+            version="v0099",
+            artifact_key="models/v0099/x.npz",
+            checksum="0" * 64,
+            job_id=job,
+            last_event_id=5,
+            n_users=1,
+            n_items=1,
+        )
+
+
+def test_two_processes_publishing_for_one_job_register_one_version_and_no_orphan(
+    db: Database, tmp_path: Path, events: list[dict]
+) -> None:
+    root = tmp_path / "shared-objects"
+    job = _job(db)
+    rival = ModelRegistry(db, FileObjectStore(root))
+    store = _RacingStore(root, rival, _model(events, seed=1), job_id=job)
+    ours = ModelRegistry(db, store)
+    published = ours.publish(_model(events, seed=2), last_event_id=2, job_id=job, rmse=None)
+    assert published.version == "v0001"
+    assert [row["job_id"] for row in ours.versions()] == [job]
+    # Our artifact, registered under no name, is gone; the rival's loads.
+    assert len(_stored_models(store)) == 1
+    assert rival.load("v0001").model.get_params() == published.model.get_params()
+
+
+def test_a_publisher_losing_a_name_race_deletes_its_unregistered_artifact(
+    db: Database, tmp_path: Path, events: list[dict]
+) -> None:
+    root = tmp_path / "shared-objects"
+    rival = ModelRegistry(db, FileObjectStore(root))
+    store = _RacingStore(root, rival, _model(events, seed=1))
+    ours = ModelRegistry(db, store)
+    ours.publish(_model(events, seed=2), last_event_id=2, job_id=None, rmse=None)
+    registered = sorted(row["artifact_key"] for row in ours.versions())
+    assert sorted(_stored_models(store)) == registered
+
+
+def _publish_many(registry: ModelRegistry, events: list[dict], n: int) -> list[str]:
+    return [
+        registry.publish(_model(events, seed=s), last_event_id=s, job_id=None, rmse=None).version
+        for s in range(n)
+    ]
+
+
+def test_retention_deletes_artifacts_beyond_the_newest_but_keeps_protected_ones(
+    store: FileObjectStore, registry: ModelRegistry, events: list[dict]
+) -> None:
+    names = _publish_many(registry, events, 6)  # v0001 … v0006
+    deleted = registry.prune(2, protected={"v0001", "v0003"})
+    assert sorted(deleted) == ["v0002", "v0004"]
+    kept = {row["version"] for row in registry.versions(include_deleted=False)}
+    assert kept == {"v0001", "v0003", "v0005", "v0006"}
+    # The rows stay, marked, so the history still lists every version.
+    rows = {row["version"]: row for row in registry.versions()}
+    assert set(rows) == set(names)
+    assert {v for v, row in rows.items() if row["deleted_at"] is not None} == set(deleted)
+    assert sorted(_stored_models(store)) == sorted(rows[v]["artifact_key"] for v in kept)
+    with pytest.raises(ArtifactError, match="deleted by retention"):
+        registry.load("v0002")
+    assert registry.prune(2, protected={"v0001", "v0003"}) == []
+
+
+class _StuckStore(FileObjectStore):
+    """A store whose deletes fail until told otherwise."""
+
+    stuck = True
+
+    def delete(self, key: str) -> None:
+        if self.stuck:
+            raise OSError("the store is unreachable")
+        super().delete(key)
+
+
+def test_a_failed_retention_delete_keeps_the_row_live_and_is_retried(
+    db: Database, tmp_path: Path, events: list[dict]
+) -> None:
+    store = _StuckStore(tmp_path / "stuck")
+    registry = ModelRegistry(db, store)
+    _publish_many(registry, events, 3)
+    assert registry.prune(1, protected=set()) == []
+    assert all(row["deleted_at"] is None for row in registry.versions())
+    store.stuck = False
+    assert sorted(registry.prune(1, protected=set())) == ["v0001", "v0002"]
+    assert len(_stored_models(store)) == 1

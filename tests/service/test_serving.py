@@ -1,4 +1,4 @@
-"""The model in service (``service.serving.ServingModel``): fold-in, predictions, top-K."""
+"""The model in service (``service.serving.model.ServingModel``): fold-in, predictions, top-K."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from functions.mf import BiasedMF
-from service.serving import ServingModel
+from service.serving.model import ServingModel
 from tests.support.synthetic import stationary_stream
 
 #: Users left out of the fitted model, to be folded in by the server.
@@ -233,21 +233,79 @@ def test_without_a_model_a_batch_behaves_like_single_events() -> None:
     _assert_sequentially_equivalent(None, batch)
 
 
-def test_learn_in_chunks_matches_one_batch_for_distinct_users(model: BiasedMF) -> None:
-    users = [f"new{k}" for k in range(3000)]
-    items = [f"i{k % 60}" for k in range(3000)]
-    ratings = np.linspace(0.5, 5.0, 3000)
-    chunked, whole = ServingModel(model, "v"), ServingModel(model, "v")
-    chunked.learn(users, items, ratings)  # in chunks of 2,048
-    whole.predict_then_learn(users, items, ratings)
-    probe_users = users[::97] + ["u50"]
-    probe_items = items[::97] + ["i7"]
-    np.testing.assert_allclose(
-        chunked.predict(probe_users, probe_items),
-        whole.predict(probe_users, probe_items),
-        rtol=0,
-        atol=1e-9,
+def test_new_users_vectors_match_a_direct_ridge_solve_across_chunks(model: BiasedMF) -> None:
+    """3,000 single-event newcomers (more than one 2,048-event chunk) against a direct
+    computation: each item's online bias is the shrunk, forgetting mean of the earlier
+    residuals r − μ (a newcomer's vector starts at zero), and each newcomer's [p; b]
+    solves (f fᵀ + diag(λ)) x = f (r − μ − b_item), with f = [q_item; 1]."""
+    n, reg, bias_reg, forgetting = 3000, 10.0, 3.0, 0.9
+    users = [f"new{k}" for k in range(n)]
+    items = [f"i{k % 60}" for k in range(n)]
+    ratings = np.linspace(0.5, 5.0, n)
+    serving = ServingModel(
+        model, "v", reg, bias_reg, rating_range=(-100.0, 100.0), forgetting=forgetting
     )
+    serving.learn(users, items, ratings)
+
+    mean = float(model.global_mean)
+    ridge = np.diag([reg] * model.factors + [bias_reg])
+    weighted_sum: dict[str, float] = {}
+    weight: dict[str, float] = {}
+    for user, item, rating in zip(users, items, ratings, strict=True):
+        item_bias = weighted_sum.get(item, 0.0) / (bias_reg + weight.get(item, 0.0))
+        features = np.append(model.item_factors[model.item_index[item]], 1.0)
+        expected = np.linalg.solve(
+            np.outer(features, features) + ridge, features * (rating - mean - item_bias)
+        )
+        if user in ("new0", "new1500", "new2047", "new2048", "new2999"):
+            np.testing.assert_allclose(serving.user_vector(user), expected, rtol=0, atol=1e-9)
+        weighted_sum[item] = forgetting * weighted_sum.get(item, 0.0) + (rating - mean)
+        weight[item] = forgetting * weight.get(item, 0.0) + 1.0
+
+
+# -- bounded online state ------------------------------------------------------------
+
+
+def test_the_least_recently_seen_users_are_evicted_and_fall_back_to_the_version(
+    model: BiasedMF,
+) -> None:
+    serving = ServingModel(model, "v", max_users=5000)
+    serving.learn(["u50"], ["i1"], np.array([5.0]))
+    folded = serving.user_vector("u50")
+    for start in range(0, 20_000, 1000):
+        serving.learn(
+            [f"new{k}" for k in range(start, start + 1000)], ["i2"] * 1000, np.full(1000, 3.0)
+        )
+    assert serving.online_users == 5000
+    assert serving._users.capacity <= 5000 + 4096
+    prior = np.append(model.user_factors[model.user_index["u50"]], 0.0)
+    assert not np.allclose(folded, prior)
+    np.testing.assert_allclose(serving.user_vector("u50"), prior)  # evicted: the version's
+    assert serving.user_vector("new0") is None  # evicted newcomer: unknown again
+    assert serving.user_vector("new19999") is not None
+    assert serving.recommend("new19999", 3) is not None
+
+
+def test_evicted_items_lose_their_online_bias_in_recommendations(model: BiasedMF) -> None:
+    serving = ServingModel(model, "v", rating_range=(-100.0, 100.0), max_items=4096)
+    serving.learn(["a"] * 3, ["i1"] * 3, np.full(3, 5.0))
+    row = model.item_index["i1"]
+    assert serving.view.item_bias[row] > 0
+    for start in range(0, 8192, 1024):
+        serving.learn(["b"] * 1024, [f"x{k}" for k in range(start, start + 1024)], np.ones(1024))
+    assert serving.online_items == 4096
+    assert serving.view.item_bias[row] == 0.0
+
+
+def test_a_published_view_never_changes_under_a_reader(model: BiasedMF) -> None:
+    serving = ServingModel(model, "v0001")
+    serving.learn(["u50", "u51"], ["i1", "i2"], np.array([5.0, 1.0]))
+    view = serving.view
+    bias, vector = view.item_bias.copy(), view.user_vector("u50").copy()
+    serving.learn(["u50"] * 20, ["i1"] * 20, np.full(20, 0.5))
+    np.testing.assert_array_equal(view.item_bias, bias)
+    np.testing.assert_array_equal(view.user_vector("u50"), vector)
+    assert not np.array_equal(serving.view.user_vector("u50"), vector)
 
 
 # -- clipping ------------------------------------------------------------------------
@@ -317,3 +375,19 @@ def test_recommend_follows_the_folded_in_vector(model: BiasedMF) -> None:
     scores = serving.predict(["newcomer"] * model.n_items, model.item_ids)
     best = np.argsort(-scores, kind="stable")[:3]
     assert [item for item, _ in recommended] == [model.item_ids[r] for r in best]
+
+
+@pytest.mark.slow  # about 10 s
+def test_state_stays_flat_across_500000_new_ids(model: BiasedMF) -> None:
+    """Every event a new user and a new item: what the online state holds, and the
+    storage behind it, stop growing at the bounds."""
+    serving = ServingModel(model, "v", max_users=10_000, max_items=10_000)
+    capacities = []
+    for start in range(0, 500_000, 10_000):
+        ids = range(start, start + 10_000)
+        serving.learn([f"u-{i}" for i in ids], [f"i-{i}" for i in ids], np.full(10_000, 3.0))
+        capacities.append((serving._users.capacity, serving._items.rows.capacity))
+    assert serving.online_users == serving.online_items == 10_000
+    assert len(serving.view.user_vectors) == 10_000
+    assert capacities[-1] == capacities[1]  # no growth after the bound was first reached
+    assert serving.recommend("u-499999", 5) is not None

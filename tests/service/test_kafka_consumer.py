@@ -10,14 +10,14 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 
+from benchmarks.broker import EmbeddedBroker
+from benchmarks.launcher import free_port
 from service.app import build_pipeline
-from service.kafka.broker import EmbeddedBroker
-from service.kafka.consumer import EventConsumer
-from service.launcher import free_port
-from service.pipeline import Pipeline
+from service.ingest.kafka import EventConsumer
 from service.settings import Settings
 from service.store.events import count_events
 from service.store.offsets import count_dead_letters, list_dead_letters, load_offsets
+from service.stream.pipeline import Pipeline
 from tests.support.kafka import events, produce
 
 pytestmark = pytest.mark.slow

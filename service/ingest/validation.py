@@ -14,7 +14,15 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StringConstraints, Vali
 
 from service.store.events import NewEvent
 
-Identifier = Annotated[str, StringConstraints(strict=True, min_length=1, max_length=256)]
+#: What an id may hold: any text but NUL, which PostgreSQL's text columns refuse (a stored
+#: event must be storable on either database, and a Kafka message with one must become a
+#: dead letter rather than stop the consumer). Matched inside pydantic-core, so it costs
+#: the ingest path no Python call per id; ``GET /recommend`` applies it to ``user_id``.
+IDENTIFIER_PATTERN = r"^[^\x00]*$"
+Identifier = Annotated[
+    str,
+    StringConstraints(strict=True, min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN),
+]
 # Strict: a JSON number (int or float), never a numeric string or a boolean.
 Number = StrictFloat
 

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.serving.rows import LruRows
+
 #: decay^(−i) is kept below this so nothing overflows. Precision does not suffer from
 #: large scales: the rounding error of a prefix is relative to decay^(−k) and is
 #: multiplied back by decay^(k−1), so it stays relative to the decayed sum itself.
@@ -109,7 +111,8 @@ class OnlineBiases:
     """A bias per key: the shrunk, forgetting mean of the residuals it has been given.
 
     bias = Σ decayᵃᵍᵉ · residual / (regularization + Σ decayᵃᵍᵉ), where a residual's age
-    counts the key's later events. A key never seen has bias zero.
+    counts the key's later events. A key never seen, or evicted (at most ``max_keys`` are
+    kept, least recently seen evicted first), has bias zero.
 
     Examples
     --------
@@ -120,51 +123,41 @@ class OnlineBiases:
     [1.3333333333333333, 2.0, 0.0]
     """
 
-    def __init__(self, regularization: float, forgetting: float = 1.0) -> None:
+    def __init__(
+        self, regularization: float, forgetting: float = 1.0, max_keys: int | None = None
+    ) -> None:
         self.regularization = regularization
         self.forgetting = forgetting
-        self.index: dict[str, int] = {}
-        self._sum = np.zeros(64)
-        self._count = np.zeros(64)
+        self.rows = LruRows({"sum": (), "count": ()}, max_keys)
 
-    def keys(self) -> list[str]:
-        return list(self.index)
+    def __len__(self) -> int:
+        return len(self.rows)
 
     def values(self, keys: Sequence[str]) -> np.ndarray:
         """Current bias of each key (n,), zero for keys never seen."""
-        index = self.index
+        index = self.rows.index
         rows = np.fromiter((index.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
         out = np.zeros(len(keys))
         seen = rows >= 0
         out[seen] = self._bias(rows[seen])
         return out
 
-    def all_values(self) -> np.ndarray:
-        """Bias of every key, in the order of ``keys()``."""
-        return self._bias(np.arange(len(self.index)))
-
     def learn_sequential(self, keys: Sequence[str], residuals: np.ndarray) -> np.ndarray:
         """Each event's bias from the key's earlier residuals (n,); then absorbs them all."""
-        rows = self._rows(keys)
+        rows = self.rows.rows_for(keys)
         sums = decayed_group_sums(rows, [residuals, np.ones(len(rows))], self.forgetting)
         weight = sums.stored_weight
-        total = weight * self._sum[rows] + sums.before[0]
-        count = weight * self._count[rows] + sums.before[1]
+        stored_sum, stored_count = self.rows["sum"], self.rows["count"]
+        total = weight * stored_sum[rows] + sums.before[0]
+        count = weight * stored_count[rows] + sums.before[1]
         unique, final = sums.unique_rows, sums.final_weight
-        self._sum[unique] = final * self._sum[unique] + sums.totals[0]
-        self._count[unique] = final * self._count[unique] + sums.totals[1]
+        stored_sum[unique] = final * stored_sum[unique] + sums.totals[0]
+        stored_count[unique] = final * stored_count[unique] + sums.totals[1]
         return total / (self.regularization + count)
 
-    def _bias(self, rows: np.ndarray) -> np.ndarray:
-        return self._sum[rows] / (self.regularization + self._count[rows])
+    def evict(self) -> list[str]:
+        """Forget the least recently seen keys over the limit; returns them."""
+        return self.rows.evict()
 
-    def _rows(self, keys: Sequence[str]) -> np.ndarray:
-        index = self.index
-        rows = np.fromiter(
-            (index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys)
-        )
-        if len(index) > len(self._sum):
-            capacity = max(len(index), 2 * len(self._sum))
-            self._sum = np.concatenate([self._sum, np.zeros(capacity - len(self._sum))])
-            self._count = np.concatenate([self._count, np.zeros(capacity - len(self._count))])
-        return rows
+    def _bias(self, rows: np.ndarray) -> np.ndarray:
+        return self.rows["sum"][rows] / (self.regularization + self.rows["count"][rows])

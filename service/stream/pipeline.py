@@ -2,8 +2,9 @@
 
 Every labelled event is predicted by the model serving at that moment before it is used
 for anything else (DESIGN.md §6); the squared errors are grouped into heartbeats, ADWIN
-watches the heartbeat RMSE, and a confirmed alert asks the retrainer for a new version,
-which comes back through ``swap``.
+watches the heartbeat RMSE, and a confirmed alert asks the retrainer for a new version.
+Versions come back through the registry: ``follow_registry`` swaps in the newest, whether
+this process's retrainer or another process published it.
 """
 
 from __future__ import annotations
@@ -18,14 +19,20 @@ import numpy as np
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from drift import DriftAlert, DriftMonitor, Heartbeat, HeartbeatAggregator, PrequentialTracker
+from drift import (
+    DriftAlert,
+    Heartbeat,
+    HeartbeatAggregator,
+    PrequentialTracker,
+    make_detector,
+)
 from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
 from retrain import POLICIES, TriggerPolicy
 from service.metrics import Metrics
-from service.registry import LoadedVersion, ModelRegistry
-from service.retraining import Retrainer
-from service.serving import ServingModel
+from service.retraining import build_retrainer
+from service.serving.model import ServingModel
+from service.serving.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
 from service.store import Database
 from service.store.alerts import add_alert, add_heartbeats, list_heartbeats
@@ -38,8 +45,14 @@ from service.store.events import (
     rated_items,
     store_events,
 )
+from service.store.monitor import load_monitor_state, save_monitor_state
 
 log = logging.getLogger(__name__)
+
+#: A hot swap folds in the events stored while it replayed, round after round outside the
+#: ingest lock, until a round finds at most this many; only that tail runs under the lock.
+_SWAP_TAIL_EVENTS = 2_000
+_SWAP_CATCH_UP_ROUNDS = 5
 
 
 @dataclass(frozen=True)
@@ -71,23 +84,24 @@ class Pipeline:
         self.static: BiasedMF | None = None
         self.tracker = PrequentialTracker()
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
-        self.monitor = DriftMonitor(
+        self.monitor = make_detector(
+            settings.drift_detector,
             delta=settings.adwin_delta,
             min_relative_drop=settings.min_relative_drop,
             min_heartbeats=settings.min_heartbeats,
         )
-        self.policy: TriggerPolicy = POLICIES["adwin"](
+        self.policy: TriggerPolicy = POLICIES[settings.retrain_policy](
             bootstrap_events=settings.bootstrap_events, refresh_events=settings.refresh_events
         )
-        self.retrainer = Retrainer(
-            settings,
-            db,
-            registry,
-            metrics,
-            current=lambda: self.current,
-            on_published=self.swap,
-            background=background_retrain,
+        self.retrainer = build_retrainer(
+            settings, db, registry, metrics, background=background_retrain
         )
+        self._background_retrain = background_retrain
+        #: Time spent building serving states for new versions (off the ingest path in
+        #: the service, where the registry follower swaps; inline in benchmarks).
+        self.swap_seconds = 0.0
+        self._stop_following = threading.Event()
+        self._follower: threading.Thread | None = None
         self.labelled_seen = 0
         self._events_offset = 0
         self._seen_at_swap = 0
@@ -107,6 +121,7 @@ class Pipeline:
         newest = self.registry.newest_loadable()
         if newest is not None:
             self.swap(newest)
+            self._restore_monitor()
         else:
             with self.db.connect() as conn:
                 replay = labelled_events(conn)
@@ -121,17 +136,18 @@ class Pipeline:
         """Store ``batch`` atomically, then evaluate and learn from the new events.
 
         The batch is durable before this returns; evaluation happens after the commit,
-        so a failure there can never lose an acknowledged event. Heartbeats ride along
-        with the next batch's transaction instead of costing a commit of their own;
-        alerts are written at once. ``also_write`` runs inside the same transaction
-        (the Kafka consumer records its offsets there).
+        so a failure there can never lose an acknowledged event. Heartbeats the batch
+        closed are written at once with the drift monitor's state (and any alert), so a
+        crash loses none of them; if that write fails they ride along with the next
+        batch's transaction. ``also_write`` runs inside the same transaction as the
+        batch (the Kafka consumer records its offsets there).
         """
         with self._lock:
             with self.db.begin() as conn:
                 outcome = store_events(conn, batch)
                 if also_write is not None:
                     also_write(conn)
-                add_heartbeats(conn, self._unsaved_heartbeats)
+                self._save_heartbeats(conn)
             self._unsaved_heartbeats = []
             alerts = self._evaluate_and_learn(outcome.stored)
         self.metrics.events_ingested.inc(outcome.accepted)
@@ -142,6 +158,8 @@ class Pipeline:
             # The batch is committed; answering with an error would invite a retry of
             # data already stored. The next alert or progress check triggers again.
             log.exception("could not start a retraining job; the ingested batch is stored")
+        if not self._background_retrain and self.retrainer.published.is_set():
+            self.follow_registry()  # a job ran inline: serve what it published now
         return outcome
 
     def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> list[int]:
@@ -186,21 +204,77 @@ class Pipeline:
             alert = self.monitor.update(beat) if self.current is not None else None
             if alert is not None:
                 alerts.append(alert)
-        if not alerts:
-            return []
+        # One commit per batch that closes a heartbeat: waiting for the next batch would
+        # lose the newest heartbeats to a crash, and in a drift they are the evidence.
         try:
             return self.flush(alerts)
         except SQLAlchemyError:
-            log.exception("could not store %d drift alert(s) after a committed batch", len(alerts))
+            log.exception(
+                "could not store %d heartbeat(s) and %d drift alert(s) after a committed batch",
+                len(self._unsaved_heartbeats),
+                len(alerts),
+            )
             return []
 
     def flush(self, alerts: Sequence[DriftAlert] = ()) -> list[int]:
         """Write heartbeats not yet saved, and ``alerts``; returns the alerts' ids."""
         with self.db.begin() as conn:
-            add_heartbeats(conn, self._unsaved_heartbeats)
+            self._save_heartbeats(conn, snapshot_always=True)
             alert_ids = [self._store_alert(conn, alert) for alert in alerts]
         self._unsaved_heartbeats = []
         return alert_ids
+
+    def _save_heartbeats(self, conn: Connection, *, snapshot_always: bool = False) -> None:
+        """Write the unsaved heartbeats and, with them, the monitor's state.
+
+        A batch's transaction writes only heartbeats left over by a failed write (the
+        monitor changes only when heartbeats close); ``flush`` always snapshots, so a
+        clean shutdown keeps the partial heartbeat exactly.
+        """
+        if not (self._unsaved_heartbeats or snapshot_always):
+            return
+        add_heartbeats(conn, self._unsaved_heartbeats)
+        snapshot = {
+            "detector": self.settings.drift_detector,
+            "monitor": self.monitor.state(),
+            "aggregator": self.aggregator.state(),
+            "static_pending": self._static_pending.tolist(),
+        }
+        save_monitor_state(conn, self.settings.kafka_replica, self.serving.version, snapshot)
+
+    def _restore_monitor(self) -> None:
+        """Carry on detecting where the previous process stopped, if it served the same
+        version (a swap restarts the monitor anyway).
+
+        The aggregator's pending errors come back too; the events they cover are already
+        counted in the stored events, so the offset steps back by as many. A snapshot of
+        another detector (``DRIFT_DETECTOR`` changed) or one that does not fit the
+        settings (``HEARTBEAT_EVENTS`` changed) is ignored: monitoring starts afresh, as
+        after a swap, rather than the service refusing to start.
+        """
+        with self.db.connect() as conn:
+            saved = load_monitor_state(conn, self.settings.kafka_replica)
+        if saved is None or saved["model_version"] != self.serving.version:
+            return
+        state = saved["state"]
+        if state.get("detector") != self.settings.drift_detector:
+            log.info("drift monitor starts afresh: the saved state is another detector's")
+            return
+        try:
+            pending = state["aggregator"]
+            static_pending = np.asarray(state["static_pending"], dtype=np.float64).reshape(-1)
+            if static_pending.size != int(pending["pending_count"]):
+                raise ValueError("static_pending does not match the pending heartbeat")
+            self.monitor.restore(state["monitor"])
+            # events_seen counts from the offset; the heartbeat index carries on.
+            self.aggregator.restore({**pending, "events_seen": 0})
+        except (KeyError, TypeError, ValueError):
+            log.warning("drift monitor starts afresh: saved state unusable", exc_info=True)
+            self.monitor.reset()
+            return
+        self._events_offset -= static_pending.size
+        self._static_pending = static_pending
+        log.info("drift monitor restored from %s", saved["model_version"])
 
     def _heartbeat_row(self, beat: Heartbeat, static_rmse: float) -> dict:
         self.metrics.prequential_rmse.labels(model="driftline").set(beat.rmse)
@@ -214,7 +288,7 @@ class Pipeline:
             "model_version": self.serving.version,
         }
 
-    def _store_alert(self, conn, alert: DriftAlert) -> int:  # type: ignore[no-untyped-def]
+    def _store_alert(self, conn: Connection, alert: DriftAlert) -> int:
         self.metrics.drift_alerts.inc()
         log.warning(
             "drift: %s %.4f -> %.4f after %d events",
@@ -238,12 +312,19 @@ class Pipeline:
         for alert_id in alert_ids:
             trigger = self.policy.on_alert()
             if trigger is not None:
-                self.retrainer.request(trigger, alert_id)
+                self.retrainer.request(trigger, alert_id, base=self.current)
         if self.retrainer.active_job_id is None:
             since = None if self.current is None else self.labelled_seen - self._seen_at_swap
             trigger = self.policy.on_progress(self.labelled_seen, since)
             if trigger is not None:
-                self.retrainer.request(trigger)
+                self.retrainer.request(trigger, base=self.current)
+
+    def retrain_now(self, trigger: str = "manual") -> int:
+        """Start a job by hand from the serving version; ``JobAlreadyRunning`` if one runs."""
+        job_id = self.retrainer.request(trigger, None, base=self.current, exclusive=True)
+        if not self._background_retrain:
+            self.follow_registry()
+        return job_id
 
     # -- model versions -----------------------------------------------------------
     def swap(self, loaded: LoadedVersion) -> None:
@@ -251,28 +332,39 @@ class Pipeline:
 
         The fold-in starts ``fold_in_replay_events`` before the version's last event:
         the version knows each user's long-run taste, the fold-in their latest ratings,
-        which a version trained on everything averages away. The replay runs outside
-        the lock so ingestion keeps flowing; only the events stored during the replay
-        are folded in under the lock, just before the switch.
+        which a version trained on everything averages away. The replay, and then the
+        events stored while it ran, are folded in outside the lock so ingestion keeps
+        flowing; only a tail of at most ``_SWAP_TAIL_EVENTS`` events (those stored in
+        the last catch-up round) is folded in under the lock, just before the switch.
         """
+        began = time.perf_counter()
         serving = self._serving_for(loaded)
-        start = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
-        with self.db.connect() as conn:
-            replay = labelled_events(conn, after_id=start)
-            caught_up_to = int(replay.ids[-1]) if len(replay) else loaded.last_event_id
-        serving.learn(replay.user_ids, replay.item_ids, replay.ratings)
+        caught_up_to = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
+        for _round in range(_SWAP_CATCH_UP_ROUNDS):
+            caught_up_to, folded = self._fold_in_since(serving, caught_up_to)
+            if folded <= _SWAP_TAIL_EVENTS:
+                break
         with self._lock:
-            with self.db.connect() as conn:
-                rest = labelled_events(conn, after_id=caught_up_to)
-            serving.learn(rest.user_ids, rest.item_ids, rest.ratings)
+            self._fold_in_since(serving, caught_up_to)
             self.serving = serving
             self.current = loaded
             self._seen_at_swap = self.labelled_seen
             if self.static is None:
                 self.static = loaded.model
             self.monitor.reset()
+        self.swap_seconds += time.perf_counter() - began
         self.metrics.model_swaps.inc()
         log.info("serving model %s", loaded.version)
+
+    def _fold_in_since(self, serving: ServingModel, after_id: int) -> tuple[int, int]:
+        """Fold the labelled events stored after ``after_id`` into ``serving``.
+
+        Returns the id caught up to and how many events were folded in.
+        """
+        with self.db.connect() as conn:
+            events = labelled_events(conn, after_id=after_id)
+        serving.learn(events.user_ids, events.item_ids, events.ratings)
+        return (int(events.ids[-1]) if len(events) else after_id), len(events)
 
     def swap_to(self, version: str) -> bool:
         """Load ``version`` from the registry and serve it; a bad artifact keeps the old one."""
@@ -291,12 +383,57 @@ class Pipeline:
         Consumer replicas and servers that share a database also share versions: a
         version published anywhere is picked up here. Returns whether it swapped.
         """
-        versions = self.registry.versions()
+        self.retrainer.published.clear()
+        versions = self.registry.versions(include_deleted=False)
         if not versions or versions[0]["version"] == self.serving.version:
             return False
         if self.current is not None and versions[0]["created_at"] <= self.current.row["created_at"]:
             return False
-        return self.swap_to(versions[0]["version"])
+        swapped = self.swap_to(versions[0]["version"])
+        if swapped:
+            self._apply_retention()
+        return swapped
+
+    def _apply_retention(self) -> None:
+        """Delete old versions' artifacts, keeping the serving one, the never-retrained
+        baseline (the static track predicts with it for as long as the service runs) and
+        those running jobs build on (here or in another process sharing the database)."""
+        try:
+            protected = {self.serving.version, *self.retrainer.protected_versions()}
+            oldest = self.registry.versions(include_deleted=False)[-1:]
+            protected.update(row["version"] for row in oldest)
+            self.registry.prune(self.settings.retention_versions, {v for v in protected if v})
+        except SQLAlchemyError:
+            log.exception("could not apply model retention; the next swap tries again")
+
+    def start_following(self, every: float | None) -> None:
+        """Follow the registry on a thread: at once when this process's retrainer
+        publishes, and every ``every`` seconds for versions other processes publish."""
+        if self._follower is not None:
+            return
+        self._follower = threading.Thread(
+            target=self._follow, args=(every,), name="registry-follower", daemon=True
+        )
+        self._follower.start()
+
+    def stop_following(self) -> None:
+        self._stop_following.set()
+        if self._follower is not None:
+            self._follower.join(timeout=30)
+            self._follower = None
+
+    def _follow(self, every: float | None) -> None:
+        published, polled = self.retrainer.published, time.monotonic()
+        while not self._stop_following.is_set():
+            published.wait(timeout=0.2)
+            due = every is not None and time.monotonic() - polled >= every
+            if not (published.is_set() or due):
+                continue
+            polled = time.monotonic()
+            try:
+                self.follow_registry()
+            except Exception:  # a failed look must not end the loop; the next one may work
+                log.exception("could not check the model registry for new versions")
 
     def _serving_for(self, loaded: LoadedVersion | None) -> ServingModel:
         return ServingModel(
@@ -306,16 +443,23 @@ class Pipeline:
             bias_regularization=self.settings.fold_in_bias_regularization,
             forgetting=self.settings.fold_in_forgetting,
             rating_range=(self.settings.rating_min, self.settings.rating_max),
+            max_users=self.settings.serving_max_users,
+            max_items=self.settings.serving_max_items,
         )
 
     # -- serving --------------------------------------------------------------------
     def recommend(self, user_id: str, k: int) -> Recommendation:
-        """Top-``k`` unseen items; users the model cannot place get what is popular now."""
-        serving = self.serving
-        version = serving.version or "none"
+        """Top-``k`` unseen items; users the model cannot place get what is popular now.
+
+        Lock-free: the serving model's published view is taken once, so the items and
+        the version named in the answer always belong together, whatever swap or
+        ingest batch happens meanwhile.
+        """
+        view = self.serving.view
+        version = view.version or "none"
         with self.db.connect() as conn:
             seen = rated_items(conn, user_id)
-            personal = serving.recommend(user_id, k, seen)
+            personal = view.recommend(user_id, k, seen)
             if personal is not None:
                 return Recommendation(user_id, personal, version, "model")
             window = self.settings.popular_window

@@ -19,53 +19,67 @@ References
 Hu, Koren & Volinsky (2008) and Koren, Bell & Volinsky (2009) use the same closed-form
 fold-in to place users in a trained factor space without retraining; recursive least
 squares with a forgetting factor (Haykin, Adaptive Filter Theory) gives the discount.
+
+Concurrency: one writer (the pipeline's ingest path, under its lock) learns; any number
+of readers (``/recommend``) read without a lock. After every learnt chunk the writer
+publishes an immutable ``ServingView`` (read-copy-update): the item biases aligned with
+the version's rows in a fresh array, and the users' vectors in a persistent map
+(``immutables.Map``, a hash array mapped trie: a batch's updates cost O(log n) each and
+leave every earlier map intact). A reader takes the view once and scores against the
+version it names, so it never sees a half-updated model.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
+from immutables import Map
 
 from functions.mf import BiasedMF, top_k
-from service.foldin import OnlineBiases, chunk_limit, decayed_group_sums
+from service.serving.foldin import OnlineBiases, chunk_limit, decayed_group_sums
+from service.serving.rows import LruRows
 
 
-class _Rows:
-    """Growable per-key row storage for the fold-in statistics."""
+@dataclass(frozen=True)
+class ServingView:
+    """What ``recommend`` reads: one consistent state of a version and its fold-in.
 
-    def __init__(self, dim: int) -> None:
-        self.index: dict[str, int] = {}
-        self.gram = np.zeros((0, dim, dim))
-        self.rhs = np.zeros((0, dim))
-        self.prior = np.zeros((0, dim))
-        self.vector = np.zeros((0, dim))
+    Nothing in it is written after publication: ``item_bias`` is a fresh array per
+    view and ``user_vectors`` a persistent map whose arrays are never written in place.
+    """
 
-    def rows_for(
-        self, keys: Sequence[str], priors_of: Callable[[list[str]], np.ndarray]
-    ) -> np.ndarray:
-        """Row of each key, allocating rows for new keys with ``priors_of(new keys)``."""
-        index = self.index
-        known = len(index)
-        rows = np.fromiter(
-            (index.setdefault(k, len(index)) for k in keys), dtype=np.int64, count=len(keys)
-        )
-        if len(index) > known:
-            self._grow(priors_of(list(index)[known:]))
-        return rows
+    model: BiasedMF | None
+    version: str | None
+    global_mean: float
+    item_bias: np.ndarray
+    user_vectors: Map[str, np.ndarray]
 
-    def _grow(self, priors: np.ndarray) -> None:
-        """Give the newest ``len(priors)`` rows their priors; storage doubles when full."""
-        used = len(self.index)
-        if used > len(self.rhs):
-            capacity = max(used, 2 * len(self.rhs), 64)
-            for name in ("gram", "rhs", "prior", "vector"):
-                old = getattr(self, name)
-                grown = np.zeros((capacity, *old.shape[1:]))
-                grown[: len(old)] = old
-                setattr(self, name, grown)
-        self.prior[used - len(priors) : used] = priors
-        self.vector[used - len(priors) : used] = priors
+    def user_vector(self, user_id: str) -> np.ndarray | None:
+        """[p_u; b_u] (k+1,) of a folded-in user or a user of the version, else None."""
+        vector = self.user_vectors.get(user_id)
+        if vector is not None:
+            return vector
+        model = self.model
+        if model is None or user_id not in model.user_index:
+            return None
+        prior = np.zeros(model.factors + 1)
+        prior[:-1] = model.user_factors[model.user_index[user_id]]
+        return prior
+
+    def recommend(
+        self, user_id: str, k: int, exclude_items: Sequence[str] = ()
+    ) -> list[tuple[str, float]] | None:
+        """Top-``k`` (item, score) of this version for a user it can place, else None."""
+        model, vector = self.model, self.user_vector(user_id)
+        if model is None or vector is None:
+            return None
+        scores = self.global_mean + vector[-1] + model.item_factors @ vector[:-1]
+        scores += self.item_bias
+        excluded = model.encode_items(list(exclude_items))
+        rows, top = top_k(scores, k, exclude=excluded[excluded >= 0])
+        return [(model.item_ids[r], float(s)) for r, s in zip(rows, top, strict=True)]
 
 
 class ServingModel:
@@ -92,6 +106,10 @@ class ServingModel:
         move, and an old residual was computed against biases that have moved since:
         with 0.95 about the last 20 events dominate, which on MovieLens beats keeping
         everything (DESIGN.md §6 measurement, BENCHMARKS.md).
+    max_users, max_items
+        Most users and items whose fold-in is kept (None: unbounded); the least
+        recently seen are evicted and fall back to the version's vector and a zero
+        online bias.
     """
 
     def __init__(
@@ -102,6 +120,8 @@ class ServingModel:
         bias_regularization: float = 3.0,
         rating_range: tuple[float, float] = (0.5, 5.0),
         forgetting: float = 0.95,
+        max_users: int | None = None,
+        max_items: int | None = None,
     ) -> None:
         self.model = model
         self.version = version
@@ -113,10 +133,27 @@ class ServingModel:
         self._dim = (model.factors if model is not None else 0) + 1
         self._ridge = np.full(self._dim, float(regularization))
         self._ridge[-1] = bias_regularization
-        self._users = _Rows(self._dim)
-        self._items = OnlineBiases(bias_regularization, forgetting)
+        dim = self._dim
+        shapes = {"gram": (dim, dim), "rhs": (dim,), "prior": (dim,), "vector": (dim,)}
+        self._users = LruRows(shapes, _at_least_a_chunk(max_users))
+        self._items = OnlineBiases(bias_regularization, forgetting, _at_least_a_chunk(max_items))
         self._rating_sum = 0.0
         self._rating_count = 0
+        n_items = model.n_items if model is not None else 0
+        self._view = ServingView(model, version, self.global_mean, np.zeros(n_items), Map())
+
+    @property
+    def view(self) -> ServingView:
+        """The state readers use now; take it once per request."""
+        return self._view
+
+    @property
+    def online_users(self) -> int:
+        return len(self._users)
+
+    @property
+    def online_items(self) -> int:
+        return len(self._items)
 
     @property
     def global_mean(self) -> float:
@@ -172,30 +209,67 @@ class ServingModel:
     ) -> np.ndarray:
         n = len(user_ids)
         mean = self._means_before(ratings)
-        rows = self._users.rows_for(user_ids, self._model_priors)
+        users = self._users
+        rows = users.rows_for(user_ids)
+        self._give_priors()
         features = self._item_features(item_ids)
-        current = self._users.vector[rows]
+        current = users["vector"][rows]
         residuals = ratings - mean - np.einsum("nd,nd->n", features[:, :-1], current[:, :-1])
         item_bias = self._items.learn_sequential(item_ids, residuals - current[:, -1])
         target = ratings - mean - item_bias
         outer = features[:, :, None] * features[:, None, :]
         sums = decayed_group_sums(rows, [outer, features * target[:, None]], self.forgetting)
-        users, weight = self._users, sums.stored_weight
-        system = weight[:, None, None] * users.gram[rows] + sums.before[0]
+        weight, gram, rhs = sums.stored_weight, users["gram"], users["rhs"]
+        system = weight[:, None, None] * gram[rows] + sums.before[0]
         system += np.diag(self._ridge)
-        right = weight[:, None] * users.rhs[rows] + sums.before[1]
-        right += self._ridge * users.prior[rows]
+        right = weight[:, None] * rhs[rows] + sums.before[1]
+        right += self._ridge * users["prior"][rows]
         vectors = np.linalg.solve(system, right[..., None])[..., 0]
         predictions = np.clip(
             mean + item_bias + np.einsum("nd,nd->n", features, vectors), *self.rating_range
         )
         unique, final = sums.unique_rows, sums.final_weight
-        users.gram[unique] = final[:, None, None] * users.gram[unique] + sums.totals[0]
-        users.rhs[unique] = final[:, None] * users.rhs[unique] + sums.totals[1]
+        gram[unique] = final[:, None, None] * gram[unique] + sums.totals[0]
+        rhs[unique] = final[:, None] * rhs[unique] + sums.totals[1]
         self._solve(unique)
         self._rating_sum += float(ratings.sum())
         self._rating_count += n
+        self._publish(unique, item_ids)
         return predictions
+
+    def _give_priors(self) -> None:
+        """Start the rows of users new to the fold-in from the version's vectors."""
+        users = self._users
+        if len(users.fresh) == 0:
+            return
+        keys = [users.key_of(int(row)) or "" for row in users.fresh]
+        priors = self._model_priors(keys)
+        users["prior"][users.fresh] = priors
+        users["vector"][users.fresh] = priors
+
+    def _publish(self, user_rows: np.ndarray, item_ids: Sequence[str]) -> None:
+        """Evict over the bounds, then publish the next view (see the module docstring)."""
+        users = self._users
+        with self._view.user_vectors.mutate() as vectors:
+            for row in user_rows.tolist():
+                key = users.key_of(row)
+                if key is not None:
+                    vectors[key] = users["vector"][row].copy()
+            for key in users.evict():
+                vectors.pop(key, None)
+            user_vectors = vectors.finish()
+        touched = list(dict.fromkeys(item_ids))
+        evicted = self._items.evict()
+        item_bias = self._view.item_bias
+        if self.model is not None:
+            item_bias = item_bias.copy()
+            rows = self.model.encode_items(touched + evicted)
+            values = np.concatenate([self._items.values(touched), np.zeros(len(evicted))])
+            known = rows >= 0
+            item_bias[rows[known]] = values[known]
+        self._view = ServingView(
+            self.model, self.version, self.global_mean, item_bias, user_vectors
+        )
 
     def _means_before(self, ratings: np.ndarray) -> np.ndarray | float:
         """The global mean each event is predicted with (n,), or the version's μ.
@@ -212,39 +286,28 @@ class ServingModel:
 
     def user_vector(self, user_id: str) -> np.ndarray | None:
         """[p_u; b_u] (k+1,) for a user with a model row or folded-in ratings, else None."""
-        row = self._users.index.get(user_id)
-        if row is not None:
-            return self._users.vector[row].copy()
-        if self.model is not None and user_id in self.model.user_index:
-            return self._model_priors([user_id])[0]
-        return None
+        vector = self._view.user_vector(user_id)
+        return None if vector is None else vector.copy()
 
     def recommend(
         self, user_id: str, k: int, exclude_items: Sequence[str] = ()
     ) -> list[tuple[str, float]] | None:
-        """Top-``k`` (item, score) for a user the model can place, else None."""
-        vector = self.user_vector(user_id)
-        if self.model is None or vector is None:
-            return None
-        scores = self.global_mean + vector[-1] + self.model.item_factors @ vector[:-1]
-        scores += self._item_bias_by_model_row()
-        excluded = self.model.encode_items(list(exclude_items))
-        rows, top = top_k(scores, k, exclude=excluded[excluded >= 0])
-        return [(self.model.item_ids[r], float(s)) for r, s in zip(rows, top, strict=True)]
+        """Top-``k`` (item, score) for a user the model can place, else None (lock-free)."""
+        return self._view.recommend(user_id, k, exclude_items)
 
     def _solve(self, rows: np.ndarray) -> None:
         users = self._users
-        system = users.gram[rows] + np.diag(self._ridge)
-        rhs = users.rhs[rows] + self._ridge * users.prior[rows]
-        users.vector[rows] = np.linalg.solve(system, rhs[..., None])[..., 0]
+        system = users["gram"][rows] + np.diag(self._ridge)
+        rhs = users["rhs"][rows] + self._ridge * users["prior"][rows]
+        users["vector"][rows] = np.linalg.solve(system, rhs[..., None])[..., 0]
 
     def _user_vectors(self, user_ids: Sequence[str]) -> np.ndarray:
         vectors = self._model_priors(user_ids)
-        index = self._users.index
+        users = self._users
         for position, user in enumerate(user_ids):
-            row = index.get(user)
+            row = users.get(user)
             if row is not None:
-                vectors[position] = self._users.vector[row]
+                vectors[position] = users["vector"][row]
         return vectors
 
     def _model_priors(self, user_ids: Sequence[str]) -> np.ndarray:
@@ -266,11 +329,7 @@ class ServingModel:
             features[known, :-1] = self.model.item_factors[items[known]]
         return features
 
-    def _item_bias_by_model_row(self) -> np.ndarray:
-        """Online biases aligned with the version's item rows (n_items,), for scoring."""
-        assert self.model is not None
-        dense = np.zeros(self.model.n_items)
-        rows = self.model.encode_items(self._items.keys())
-        known = rows >= 0
-        dense[rows[known]] = self._items.all_values()[known]
-        return dense
+
+def _at_least_a_chunk(limit: int | None) -> int | None:
+    """A bound no smaller than one learnt chunk: the keys just learnt are never evicted."""
+    return None if limit is None else max(limit, chunk_limit(1.0))

@@ -1,0 +1,188 @@
+"""The model registry: versions as checksummed artifacts in the object store.
+
+Publishing writes the artifact first and registers it second, so a registered version
+always has its bytes; a crash in between leaves an orphan object, never a dangling row.
+Loading verifies the SHA-256 recorded at publish time, so a corrupt or tampered artifact
+is refused instead of served.
+
+A job publishes at most one version: publishing for a job that already has one returns
+that one, so a job resumed after a crash between publishing and recording its success
+does not register the same model twice. Retention (``prune``) deletes the artifacts of
+old versions; their rows stay, marked ``deleted_at``, so the history still shows them.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy.exc import IntegrityError
+
+from functions.artifacts import ArtifactError, model_from_bytes, model_to_bytes, sha256_hex
+from functions.mf import BiasedMF
+from functions.objectstore import ObjectNotFound, ObjectStore, model_key
+from service.store import Database
+from service.store.versions import (
+    add_version,
+    get_version,
+    list_versions,
+    mark_deleted,
+    version_of_job,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class LoadedVersion:
+    """A verified model and the registry row it came from."""
+
+    version: str
+    model: BiasedMF
+    last_event_id: int
+    row: dict[str, Any]
+
+
+class ModelRegistry:
+    """Publishes and loads model versions."""
+
+    def __init__(self, db: Database, store: ObjectStore) -> None:
+        self.db = db
+        self.store = store
+
+    def publish(
+        self, model: BiasedMF, *, last_event_id: int, job_id: int | None, rmse: float | None
+    ) -> LoadedVersion:
+        """Store ``model`` as the next version and register it; returns what was published.
+
+        If job ``job_id`` already published a version, that version is returned instead
+        (loaded from the store: a job resumed after a crash may have trained a slightly
+        different model, but serving already knows the first one). The row's ``job_id``
+        is unique, so even two processes publishing for the same job register one version.
+        """
+        if job_id is not None:
+            existing = self._version_of_job(job_id)
+            if existing is not None:
+                return existing
+        data = model_to_bytes(model)
+        checksum = sha256_hex(data)
+        for _attempt in range(5):
+            version = self._next_version_name()
+            key = model_key(version, checksum)
+            self.store.put(key, data)
+            row = dict(
+                version=version,
+                artifact_key=key,
+                checksum=checksum,
+                rmse=rmse,
+                job_id=job_id,
+                last_event_id=last_event_id,
+                n_users=model.n_users,
+                n_items=model.n_items,
+            )
+            try:
+                with self.db.begin() as conn:
+                    add_version(conn, **row)
+            except IntegrityError:
+                # Another publisher took the name, or published for this job first: our
+                # artifact goes, unless the winner registered the very same bytes.
+                self._delete_orphan(version, key)
+                if job_id is not None:
+                    existing = self._version_of_job(job_id)
+                    if existing is not None:
+                        return existing
+                continue
+            log.info("published model %s (sha256 %s…)", version, checksum[:12])
+            return LoadedVersion(version, model, last_event_id, row)
+        raise RuntimeError("could not find a free model version name after 5 attempts")
+
+    def _version_of_job(self, job_id: int) -> LoadedVersion | None:
+        with self.db.connect() as conn:
+            row = version_of_job(conn, job_id)
+        if row is None:
+            return None
+        log.info("job %s already published %s", job_id, row["version"])
+        return self.load(row["version"])
+
+    def _delete_orphan(self, version: str, key: str) -> None:
+        with self.db.connect() as conn:
+            winner = get_version(conn, version)
+        if winner is not None and winner["artifact_key"] == key:
+            return
+        try:
+            self.store.delete(key)
+        except (ObjectNotFound, OSError) as exc:
+            log.warning("could not delete the unregistered artifact %s: %s", key, exc)
+
+    def load(self, version: str) -> LoadedVersion:
+        """The verified model of ``version``; raises ``ArtifactError`` if it is unusable."""
+        with self.db.connect() as conn:
+            row = get_version(conn, version)
+        if row is None:
+            raise KeyError(f"no model version {version!r}")
+        if row.get("deleted_at") is not None:
+            raise ArtifactError(f"model {version} was deleted by retention")
+        try:
+            data = self.store.get(row["artifact_key"])
+        except ObjectNotFound as exc:
+            raise ArtifactError(f"artifact of model {version} is missing: {exc}") from exc
+        model = model_from_bytes(data, expected_sha256=row["checksum"])
+        return LoadedVersion(version, model, int(row["last_event_id"]), row)
+
+    def versions(self, *, include_deleted: bool = True) -> list[dict[str, Any]]:
+        """Registry rows, newest first (without those retention deleted, if asked)."""
+        with self.db.connect() as conn:
+            rows = list_versions(conn)
+        if include_deleted:
+            return rows
+        return [row for row in rows if row.get("deleted_at") is None]
+
+    def newest_loadable(self) -> LoadedVersion | None:
+        """The newest version whose artifact verifies; corrupt ones are skipped loudly."""
+        return self._first_loadable(self.versions(include_deleted=False))
+
+    def oldest_loadable(self) -> LoadedVersion | None:
+        return self._first_loadable(list(reversed(self.versions(include_deleted=False))))
+
+    def prune(self, keep: int, protected: set[str]) -> list[str]:
+        """Delete the artifacts of versions beyond the newest ``keep``; returns them.
+
+        ``protected`` versions are never deleted (the serving one, the never-retrained
+        baseline, any a running job builds on). A failed delete is retried at the next
+        prune: the row is marked only once its artifact is gone.
+        """
+        live = self.versions(include_deleted=False)
+        deleted = []
+        for row in live[keep:]:
+            if row["version"] in protected:
+                continue
+            try:
+                self.store.delete(row["artifact_key"])
+            except ObjectNotFound:
+                pass  # already gone: mark it
+            except OSError as exc:
+                log.warning("could not delete model %s: %s", row["version"], exc)
+                continue
+            with self.db.begin() as conn:
+                mark_deleted(conn, row["version"])
+            deleted.append(row["version"])
+        if deleted:
+            log.info("retention deleted %d model version(s): %s", len(deleted), deleted)
+        return deleted
+
+    def _first_loadable(self, rows: list[dict[str, Any]]) -> LoadedVersion | None:
+        for row in rows:
+            try:
+                return self.load(row["version"])
+            except ArtifactError as exc:
+                log.error("refusing model %s: %s", row["version"], exc)
+        return None
+
+    def _next_version_name(self) -> str:
+        with self.db.connect() as conn:
+            taken = {row["version"] for row in list_versions(conn)}
+        number = len(taken) + 1
+        while f"v{number:04d}" in taken:
+            number += 1
+        return f"v{number:04d}"
