@@ -14,24 +14,31 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from functions.objectstore import open_object_store
 from service.api.routes import dashboard, drift, health, ingest, jobs, models, recommend
-from service.kafka.consumer import EventConsumer
+from service.api.timing import RequestTimer
+from service.ingest.kafka import EventConsumer
 from service.metrics import Metrics
-from service.pipeline import Pipeline
-from service.registry import ModelRegistry
+from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database, is_unavailable
+from service.stream.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
 
-def build_pipeline(settings: Settings, *, background_retrain: bool = True) -> Pipeline:
+def build_pipeline(
+    settings: Settings, *, background_retrain: bool = True, metrics: Metrics | None = None
+) -> Pipeline:
     """Database, object store, registry and pipeline, restored from what is stored."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url)
     registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
-    pipeline = Pipeline(settings, db, registry, Metrics(), background_retrain=background_retrain)
+    pipeline = Pipeline(
+        settings, db, registry, metrics or Metrics(), background_retrain=background_retrain
+    )
     pipeline.restore()
     pipeline.retrainer.resume_interrupted()
+    if not background_retrain and pipeline.retrainer.published.is_set():
+        pipeline.follow_registry()  # a job resumed inline published its version
     return pipeline
 
 
@@ -48,32 +55,16 @@ def consumer_for(pipeline: Pipeline) -> EventConsumer:
     )
 
 
-def _follow_registry(pipeline: Pipeline, every: float, stop: threading.Event) -> None:
-    """Swap in versions other processes publish, until ``stop`` is set."""
-    while not stop.wait(every):
-        try:
-            pipeline.follow_registry()
-        except Exception:  # a failed look must not end the loop; the next one may work
-            log.exception("could not check the model registry for new versions")
-
-
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pipeline = build_pipeline(settings)
+        pipeline = build_pipeline(settings, metrics=app.state.metrics)
         app.state.settings = settings
         app.state.pipeline = pipeline
         app.state.consumer = start_consumer(pipeline) if settings.kafka_bootstrap else None
-        stop_following = threading.Event()
-        if settings.registry_poll_seconds:
-            threading.Thread(
-                target=_follow_registry,
-                args=(pipeline, settings.registry_poll_seconds, stop_following),
-                name="registry-follower",
-                daemon=True,
-            ).start()
+        pipeline.start_following(settings.registry_poll_seconds)
         yield
-        stop_following.set()
+        pipeline.stop_following()
         if app.state.consumer is not None:
             app.state.consumer.stop()
             app.state.consumer_thread.join(timeout=30)
@@ -90,14 +81,20 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.consumer_thread.start()
         return consumer
 
+    metrics = Metrics()
     app = FastAPI(title="Driftline", version="0.1.0", lifespan=lifespan)
+    app.state.metrics = metrics
     for module in (ingest, recommend, drift, models, jobs, health, dashboard):
         app.include_router(module.router)
+    app.add_middleware(RequestTimer, histogram=metrics.request_seconds)
+    _document_raw_bodies(app)
 
     async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
         if not is_unavailable(exc):
             raise exc  # a bug, not an outage: the server's own 500
         reason = getattr(exc, "orig", None) or exc
+        if request.url.path == "/ingest":
+            request.app.state.pipeline.metrics.ingest_rejected.labels(reason="unavailable").inc()
         log.error("database unavailable: %s: %s", type(reason).__name__, reason)
         detail = f"the database is unreachable ({type(reason).__name__})"
         if request.method in ("GET", "HEAD"):
@@ -119,3 +116,26 @@ def create_app(settings: Settings) -> FastAPI:
     app.add_exception_handler(PoolTimeoutError, database_unavailable)
 
     return app
+
+
+def _document_raw_bodies(app: FastAPI) -> None:
+    """Put the models of bodies routes read raw (``/ingest``) into the OpenAPI schema.
+
+    Such a route names its body schema by reference in ``openapi_extra``; FastAPI only
+    emits components for models it sees as parameters, so they are added here.
+    """
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = generate()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        for model in ingest.SCHEMA_MODELS:
+            body = model.model_json_schema(ref_template="#/components/schemas/{model}")
+            components.update(body.pop("$defs", {}))
+            components[model.__name__] = body
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]

@@ -1,58 +1,127 @@
-"""The ``driftline`` command line."""
+"""The server's ``driftline`` commands: ``serve`` and ``consume``.
+
+Every setting is a flag. The flags are generated from ``Settings``' fields (name in
+kebab case, the field's description as help), so a new setting is on the command line
+the moment it exists; a flag wins over its ``DRIFTLINE_*`` variable, which wins over the
+default. ``none`` clears a setting that may be empty (``--refresh-events none``).
+"""
 
 from __future__ import annotations
 
-import json
+import inspect
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import typer
+from pydantic import ValidationError
 
 from service.settings import Settings
 
 app = typer.Typer(help="Driftline: streaming continual learning for recommendations.")
 
+#: What a flag says for a field without a description of its own.
+_HELP = {
+    "host": "Interface to bind.",
+    "port": "Port to listen on.",
+    "data_dir": "Directory of the embedded SQLite file and file:// object store.",
+    "log_level": "debug, info, warning or error.",
+    "kafka_topic": "Topic to consume.",
+    "kafka_replica": "This replica's number, from 0 (Kafka partitions p % replicas).",
+    "kafka_replicas": "How many replicas split the topic.",
+}
 
-def _settings(**overrides: Any) -> Settings:
-    """Flags win over DRIFTLINE_* variables, which win over defaults."""
-    return Settings(**{k: v for k, v in overrides.items() if v is not None})
+
+#: Short names kept from earlier releases.
+_ALIASES = {"kafka_replica": ("--replica",), "kafka_replicas": ("--replicas",)}
 
 
-@app.command()
-def serve(
-    host: Annotated[str | None, typer.Option(help="Interface to bind.")] = None,
-    port: Annotated[int | None, typer.Option(help="Port to listen on.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="SQLite file and object store.")] = None,
-    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL.")] = None,
-    object_store_url: Annotated[str | None, typer.Option(help="file:// or s3:// URL.")] = None,
-    heartbeat_events: Annotated[int | None, typer.Option(help="Events per heartbeat.")] = None,
-    min_relative_drop: Annotated[
-        float | None, typer.Option(help="Accuracy drop an alert needs.")
-    ] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
-    kafka_bootstrap: Annotated[
-        str | None, typer.Option(help="HOST:PORT of a Kafka broker to consume from.")
-    ] = None,
-    kafka_topic: Annotated[str | None, typer.Option(help="Topic to consume.")] = None,
-) -> None:
+def _settings(**flags: Any) -> Settings:
+    """Settings from the flags given (None: not given), the environment and defaults."""
+    values = {
+        name: (None if value == "none" else value)
+        for name, value in flags.items()
+        if value is not None
+    }
+    try:
+        return Settings(**values)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"--{str(error['loc'][0]).replace('_', '-')}: {error['msg']}"
+            if error["loc"]
+            else error["msg"]
+            for error in exc.errors()
+        )
+        raise typer.BadParameter(problems) from None
+
+
+def _metavar(annotation: Any) -> str:
+    """What a flag takes, read from the field's type: ``INTEGER``, ``a|b|c``, ``FLOAT|none``.
+
+    Values travel as text and pydantic parses them, so the metavar is the only place the
+    help can say what a flag expects.
+    """
+    args = [arg for arg in get_args(annotation) if arg is not type(None)]
+    if get_origin(annotation) is Literal:
+        return "|".join(str(arg) for arg in args)
+    if args and len(args) < len(get_args(annotation)):  # Optional[X]
+        return f"{_metavar(args[0])}|none"
+    names = {int: "INTEGER", float: "FLOAT", Path: "PATH"}
+    return names.get(annotation, "TEXT")
+
+
+def _option(name: str) -> inspect.Parameter:
+    """A ``--kebab-case`` flag for the settings field ``name``, defaulting to unset.
+
+    The help says which variable the flag overrides and the default under both, so
+    ``--help`` documents every setting in one place.
+    """
+    field = Settings.model_fields[name]
+    default = "none" if field.default is None else field.default
+    help_text = (
+        f"{field.description or _HELP.get(name, '')} "
+        f"(env DRIFTLINE_{name.upper()}, default {default})"
+    ).lstrip()
+    flag = "--" + name.replace("_", "-")
+    if field.annotation is bool:
+        flag = f"{flag}/--no-{name.replace('_', '-')}"
+        annotation: Any = Annotated[bool | None, typer.Option(flag, help=help_text)]
+    else:
+        metavar = _metavar(field.annotation)
+        option = typer.Option(flag, *_ALIASES.get(name, ()), help=help_text, metavar=metavar)
+        annotation = Annotated[str | None, option]
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation
+    )
+
+
+def with_settings_flags(command: Callable[[Settings], None]) -> Callable[..., None]:
+    """``command(settings)`` as a typer command taking every setting as a flag."""
+
+    def run(**flags: Any) -> None:
+        command(_settings(**flags))
+
+    run.__name__ = command.__name__
+    run.__doc__ = command.__doc__
+    options = [_option(name) for name in Settings.model_fields]
+    run.__signature__ = inspect.Signature(options)  # type: ignore[attr-defined]
+    return run
+
+
+def _configure_logging(settings: Settings) -> None:
+    logging.basicConfig(
+        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("kafka").setLevel(logging.ERROR)  # our consumer logs what matters
+
+
+def serve(settings: Settings) -> None:
     """Run the service (embedded default: SQLite and file:// under --data-dir)."""
     import uvicorn
 
     from service.app import create_app
 
-    settings = _settings(
-        host=host,
-        port=port,
-        data_dir=data_dir,
-        database_url=database_url,
-        object_store_url=object_store_url,
-        heartbeat_events=heartbeat_events,
-        min_relative_drop=min_relative_drop,
-        log_level=log_level,
-        kafka_bootstrap=kafka_bootstrap,
-        kafka_topic=kafka_topic,
-    )
     _configure_logging(settings)
     uvicorn.run(
         create_app(settings),
@@ -63,41 +132,17 @@ def serve(
     )
 
 
-def _configure_logging(settings: Settings) -> None:
-    logging.basicConfig(
-        level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
-    logging.getLogger("kafka").setLevel(logging.ERROR)  # our consumer logs what matters
-
-
-@app.command()
-def consume(
-    kafka_bootstrap: Annotated[str | None, typer.Option(help="HOST:PORT of the broker.")] = None,
-    kafka_topic: Annotated[str | None, typer.Option(help="Topic to consume.")] = None,
-    replica: Annotated[int | None, typer.Option(help="This replica's number, from 0.")] = None,
-    replicas: Annotated[int | None, typer.Option(help="How many replicas split the topic.")] = None,
-    data_dir: Annotated[Path | None, typer.Option(help="SQLite file and object store.")] = None,
-    database_url: Annotated[str | None, typer.Option(help="SQLAlchemy URL.")] = None,
-    log_level: Annotated[str | None, typer.Option(help="debug, info, warning.")] = None,
-) -> None:
+def consume(settings: Settings) -> None:
     """Consume Kafka into the event store (and the pipeline) without serving HTTP."""
     import signal
 
     from service.app import build_pipeline, consumer_for
 
-    settings = _settings(
-        kafka_bootstrap=kafka_bootstrap,
-        kafka_topic=kafka_topic,
-        kafka_replica=replica,
-        kafka_replicas=replicas,
-        data_dir=data_dir,
-        database_url=database_url,
-        log_level=log_level,
-    )
     if not settings.kafka_bootstrap:
         raise typer.BadParameter("--kafka-bootstrap (or DRIFTLINE_KAFKA_BOOTSTRAP) is required")
     _configure_logging(settings)
     pipeline = build_pipeline(settings)
+    pipeline.start_following(settings.registry_poll_seconds)
     consumer = consumer_for(pipeline)
     signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
     try:
@@ -105,163 +150,13 @@ def consume(
     except KeyboardInterrupt:
         consumer.stop()
     finally:
+        pipeline.stop_following()
         pipeline.retrainer.wait(timeout=30)
         pipeline.flush()
 
 
-@app.command()
-def broker(
-    port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 9092,
-    topic: Annotated[str, typer.Option(help="Topic to create.")] = "events",
-    partitions: Annotated[int, typer.Option(min=1, help="Partitions of the topic.")] = 4,
-) -> None:
-    """Run the embedded Kafka-protocol broker (Tansu, in-memory log) until stopped."""
-    import signal
-    import time
-
-    from service.kafka.broker import EmbeddedBroker
-
-    logging.basicConfig(level="INFO", format="%(asctime)s %(levelname)s %(message)s")
-    with EmbeddedBroker(port=port, topic=topic, partitions=partitions) as running:
-        typer.echo(f"broker on {running.bootstrap}, topic {topic!r} with {partitions} partitions")
-        stop = {"now": False}
-        signal.signal(signal.SIGTERM, lambda *_: stop.update(now=True))
-        try:
-            while not stop["now"] and running.process and running.process.poll() is None:
-                time.sleep(0.5)
-        except KeyboardInterrupt:
-            pass
-
-
-@app.command()
-def demo(
-    limit: Annotated[
-        int | None, typer.Option(help="Replay only the first N ratings (shorter demo).")
-    ] = None,
-    batch_size: Annotated[int, typer.Option(help="Events per POST /ingest.")] = 500,
-    user: Annotated[str | None, typer.Option(help="User whose top 10 to show.")] = None,
-    kafka: Annotated[
-        bool, typer.Option("--kafka", help="Replay through an embedded Kafka broker.")
-    ] = False,
-) -> None:
-    """Replay MovieLens through a live service and summarise what happened."""
-    from service.demo import run_demo
-
-    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka)
-
-
-@app.command()
-def bench(
-    name: Annotated[str, typer.Argument(help="Benchmark: prequential.")],
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
-    dataset: Annotated[Path | None, typer.Option(help="Ratings file to replay.")] = None,
-    limit: Annotated[int | None, typer.Option(help="Use the first N ratings.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Events per ingested batch.")] = 500,
-) -> None:
-    """Run a benchmark and print its measured figures."""
-    from service.bench import BENCHMARKS
-
-    if name not in BENCHMARKS:
-        raise typer.BadParameter(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}")
-    result = BENCHMARKS[name](dataset=dataset, limit=limit, batch_size=batch_size)
-    if as_json:
-        typer.echo(json.dumps(result, sort_keys=True))
-    else:
-        for key, value in sorted(result.items()):
-            typer.echo(f"{key:32} {value}")
-
-
-@app.command()
-def replay(
-    to: Annotated[str, typer.Option(help="Target: http (POST /ingest) or kafka.")],
-    dataset: Annotated[Path, typer.Option(help="Ratings file (MovieLens CSV or TSV).")],
-    trace: Annotated[
-        str, typer.Option(help="Arrival trace: constant, wiki, berkeley, twitter, wits.")
-    ],
-    speed: Annotated[float, typer.Option(help="Play the trace X times faster.")] = 1.0,
-    url: Annotated[str, typer.Option(help="Service URL (--to http).")] = "http://127.0.0.1:8000",
-    bootstrap: Annotated[
-        str, typer.Option(help="Kafka HOST:PORT (--to kafka).", envvar="DRIFTLINE_KAFKA_BOOTSTRAP")
-    ] = "127.0.0.1:9092",
-    topic: Annotated[
-        str, typer.Option(help="Kafka topic (--to kafka).", envvar="DRIFTLINE_KAFKA_TOPIC")
-    ] = "events",
-    limit: Annotated[int | None, typer.Option(help="Replay only the first N ratings.")] = None,
-    batch_size: Annotated[int, typer.Option(help="Most events per request or flush.")] = 500,
-    rate: Annotated[
-        float | None, typer.Option(help="Events per second of the constant trace (1000).")
-    ] = None,
-    as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
-) -> None:
-    """Replay a ratings file to HTTP or Kafka at the pace of an arrival-rate trace."""
-    from service.replay import ReplayConfig, ReplayError, run_replay
-
-    try:
-        config = ReplayConfig(
-            to=to,
-            dataset=dataset,
-            trace=trace,
-            speed=speed,
-            url=url,
-            bootstrap=bootstrap,
-            topic=topic,
-            limit=limit,
-            batch_size=batch_size,
-            rate=rate,
-        )
-        summary = run_replay(config)
-    except ReplayError as exc:
-        typer.echo(f"driftline replay: {exc}", err=True)
-        raise typer.Exit(code=1) from None
-    except KeyboardInterrupt:
-        typer.echo("driftline replay: interrupted", err=True)
-        raise typer.Exit(code=130) from None
-    for line in summary.lines():
-        typer.echo(line)
-    if as_json:
-        typer.echo(json.dumps(summary.as_dict(), sort_keys=True))
-
-
-@app.command("package-function")
-def package_function(
-    output: Annotated[Path, typer.Option(help="Zip file to write.")] = Path(
-        "dist/driftline-worker.zip"
-    ),
-) -> None:
-    """Build the AWS Lambda zip of the retraining worker (handler lambda_function.handler)."""
-    from service.packaging import build_worker_zip
-
-    info = build_worker_zip(output)
-    typer.echo(f"wrote {info.path} ({info.size:,} bytes, {len(info.entries)} files)")
-    typer.echo(f"handler {info.handler}; numpy is not included: add a numpy layer")
-    typer.echo(f"sha256 {info.sha256}")
-
-
-@app.command("deploy-function")
-def deploy_function(
-    name: Annotated[str, typer.Option(help="Lambda function name.")] = "driftline-worker",
-    role: Annotated[
-        str | None, typer.Option(help="Execution role ARN (needed to create the function).")
-    ] = None,
-    memory: Annotated[int, typer.Option(help="Memory in MB (1,769 MB = one vCPU).")] = 1769,
-    timeout: Annotated[int, typer.Option(help="Time limit in seconds (at most 900).")] = 900,
-    layer: Annotated[
-        list[str] | None, typer.Option(help="Layer ARN, e.g. one that provides numpy.")
-    ] = None,
-) -> None:
-    """Create or update the retraining worker on AWS Lambda (credentials from boto3)."""
-    import boto3
-
-    from service.packaging import DeploySpec, deploy_worker
-
-    spec = DeploySpec(
-        name=name, role_arn=role, memory_mb=memory, timeout_s=timeout, layers=tuple(layer or ())
-    )
-    configuration = deploy_worker(boto3.client("lambda"), spec)
-    typer.echo(
-        f"{configuration.get('FunctionName', name)}: {configuration.get('MemorySize')} MB, "
-        f"{configuration.get('Timeout')} s, sha256 {configuration.get('CodeSha256', '?')}"
-    )
+app.command("serve")(with_settings_flags(serve))
+app.command("consume")(with_settings_flags(consume))
 
 
 if __name__ == "__main__":

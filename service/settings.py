@@ -7,10 +7,11 @@ import time, so tests can run several differently configured services side by si
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import Field, model_validator
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -47,6 +48,9 @@ class Settings(BaseSettings):
     # Prequential evaluation and drift detection.
     heartbeat_events: int = Field(500, ge=1)
     heartbeat_seconds: float | None = Field(None, gt=0)
+    drift_detector: str = Field(
+        "adwin-heartbeat", description="Which drift detector: a name in drift.DETECTORS."
+    )
     adwin_delta: float = Field(0.002, gt=0, lt=1)
     min_relative_drop: float = Field(0.1, ge=0)
     min_heartbeats: int = Field(5, ge=1)
@@ -67,16 +71,35 @@ class Settings(BaseSettings):
         None, gt=0, description="Stop a job once its workers have cost this much (USD)."
     )
     seed: int | None = 0
-    retrain_runtime: Literal["inprocess", "local", "lambda", "gpu", "sim"] = Field(
+    retrain_runtime: Literal["inprocess", "local", "lambda", "gpu", "sim", "thread"] = Field(
         "local",
         description=(
             "Where epochs run: this process, Lambda-like worker processes, the deployed "
-            "Lambda function, torch worker processes, or in this process with simulated "
-            "Lambda timings and bill."
+            "Lambda function, torch worker processes, in this process with simulated "
+            "Lambda timings and bill, or workers on threads of this process."
         ),
     )
     lambda_function: str = Field(
         "driftline-worker", description="The deployed worker (RETRAIN_RUNTIME=lambda)."
+    )
+    retrain_policy: str = Field(
+        "adwin", description="When to retrain: a name in retrain.policies.POLICIES."
+    )
+    retrain_configurator: str = Field(
+        "static",
+        description="Who picks each epoch's config vector: a name in configurator.CONFIGURATORS.",
+    )
+    retrain_sync: str = Field(
+        "selective",
+        description="How epochs synchronise workers: bsp, selective (κ of λ) or asp.",
+    )
+    retention_versions: int = Field(
+        20,
+        ge=1,
+        description=(
+            "Model versions whose artifacts are kept; older ones are deleted from the object "
+            "store (never the serving one, the first one, or one a running job builds on)."
+        ),
     )
     retrain_workers: int = Field(4, ge=1, le=1000)
     retrain_sync_ratio: float = Field(0.75, gt=0, le=1)
@@ -88,9 +111,35 @@ class Settings(BaseSettings):
     fold_in_forgetting: float = Field(0.95, gt=0, le=1)
     fold_in_replay_events: int = Field(50_000, ge=0)
     popular_window: int = Field(5_000, ge=1)
+    serving_max_users: int | None = Field(
+        200_000,
+        ge=4096,
+        description=(
+            "Most users whose online fold-in is kept (about 1 KB each at 8 factors); the "
+            "least recently seen are evicted and served from the version's vector."
+        ),
+    )
+    serving_max_items: int | None = Field(
+        1_000_000,
+        ge=4096,
+        description=(
+            "Most items whose online bias is kept (about 150 bytes each); the least "
+            "recently seen are evicted and get a zero online bias."
+        ),
+    )
     registry_poll_seconds: float | None = Field(
         10.0, gt=0, description="How often to look for versions other processes published."
     )
+
+    @field_validator("retrain_policy", "retrain_configurator", "retrain_sync", "drift_detector")
+    @classmethod
+    def _registered(cls, value: str, info: ValidationInfo) -> str:
+        """A choice must name an entry of its registry (imported here, not at module
+        import, so that reading settings stays cheap)."""
+        choices = sorted(_registry(info.field_name or ""))
+        if value not in choices:
+            raise ValueError(f"unknown {info.field_name} {value!r}; choose from {choices}")
+        return value
 
     @model_validator(mode="after")
     def _check_ranges(self) -> Self:
@@ -125,3 +174,19 @@ class Settings(BaseSettings):
         if self.object_store_url:
             return self.object_store_url
         return f"file://{(self.data_dir / 'objects').resolve()}"
+
+
+def _registry(field: str) -> Iterable[str]:
+    """The names a registry-backed setting may take."""
+    from configurator import CONFIGURATORS
+    from drift import DETECTORS
+    from retrain.policies import POLICIES
+    from retrain.sync import SYNC_POLICIES
+
+    registries: dict[str, Iterable[str]] = {
+        "retrain_policy": POLICIES,
+        "retrain_configurator": CONFIGURATORS,
+        "retrain_sync": SYNC_POLICIES,
+        "drift_detector": DETECTORS,
+    }
+    return registries[field]

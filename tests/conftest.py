@@ -55,6 +55,7 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
         heartbeat_events=100,
         max_epochs=8,
         factors=8,
+        retrain_runtime="thread",  # workers on threads: unit tests start no processes
     )
 
 

@@ -6,8 +6,8 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
-from service.pipeline import Pipeline
 from service.settings import Settings
+from service.stream.pipeline import Pipeline
 
 
 def get_pipeline(request: Request) -> Pipeline:

@@ -6,7 +6,29 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from service.validation import EventIn as EventIn  # the request schema of POST /ingest
+from service.ingest.validation import EventIn as EventIn  # the request schema of POST /ingest
+
+#: The largest count a query parameter takes: what a signed 64-bit database integer
+#: (``BIGINT``, e.g. ``heartbeats.events_seen``) holds. Larger values are refused with
+#: 422, not passed to SQL, where they would overflow into a 500.
+MAX_ID = 2**63 - 1
+#: The largest job id: ``retrain_jobs.id`` is an ``INTEGER`` (32-bit ``SERIAL`` on
+#: PostgreSQL), so a larger id names no job and would overflow the query's parameter.
+MAX_JOB_ID = 2**31 - 1
+
+
+class IngestBatch(BaseModel):
+    """The body of ``POST /ingest``: one atomic batch of events."""
+
+    model_config = {"extra": "forbid"}
+
+    events: list[EventIn]
+
+
+class ErrorPublic(BaseModel):
+    """Every refusal: ``detail`` says what is wrong (422 on /ingest lists each bad event)."""
+
+    detail: str | list[dict[str, Any]]
 
 
 class IngestResult(BaseModel):
@@ -49,6 +71,9 @@ class VersionPublic(BaseModel):
     job_id: int | None
     n_users: int
     n_items: int
+    deleted_at: float | None = Field(
+        None, description="When retention deleted the artifact (RETENTION_VERSIONS); None: kept."
+    )
 
 
 class ModelsPublic(BaseModel):
@@ -101,6 +126,42 @@ class JobPublic(BaseModel):
         )
 
 
+class HeartbeatPublic(BaseModel):
+    """One prequential heartbeat; ``id`` is None while it waits for the next write."""
+
+    id: int | None = None
+    at: float
+    events_seen: int
+    events: int
+    rmse: float
+    static_rmse: float | None = Field(description="RMSE of the never-retrained model")
+    model_version: str | None
+
+
+class HeartbeatsPublic(BaseModel):
+    heartbeats: list[HeartbeatPublic]
+
+
+class TrackPublic(BaseModel):
+    rmse: float | None
+    count: int
+
+
+class HealthPublic(BaseModel):
+    """``/healthz``: the same body whether the answer is 200 or 503 (``status`` degraded)."""
+
+    status: str = Field(description="'ok', or 'degraded' when the database is unreachable")
+    model_version: str | None
+    labelled_events_seen: int
+    retrain_job_running: int | None
+    prequential: dict[str, TrackPublic]
+    database: str
+    events_stored: int | None = None
+    kafka: dict[str, Any] | None = Field(
+        None, description="The consumer's state, when the server consumes from Kafka."
+    )
+
+
 class JobsPublic(BaseModel):
     jobs: list[JobPublic]
 
@@ -108,3 +169,20 @@ class JobsPublic(BaseModel):
 class RetrainAccepted(BaseModel):
     job_id: int
     status: str
+
+
+def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
+    """OpenAPI ``responses`` for the refusals a route can give, each with its meaning."""
+    return {code: {"model": ErrorPublic, "description": _MEANINGS[code]} for code in codes}
+
+
+_MEANINGS = {
+    400: "The body is not valid JSON (or nests deeper, or holds numbers larger, than JSON "
+    "parsers accept).",
+    404: "No such resource.",
+    409: "Conflicts with the current state (a job is running, nothing is stored).",
+    413: "The body or the batch is too large.",
+    415: "The body is not application/json.",
+    422: "The request is well-formed but invalid; the detail names each problem.",
+    503: "The database is unreachable; retry later.",
+}

@@ -29,7 +29,9 @@ def add_alert(
             model_version=model_version,
         )
     )
-    return int(result.inserted_primary_key[0])
+    key = result.inserted_primary_key
+    assert key is not None  # an insert into a table with a primary key
+    return int(key[0])
 
 
 def attach_alert(conn: Connection, alert_id: int, job_id: int) -> None:

@@ -25,7 +25,9 @@ def create_job(
             params=params,
         )
     )
-    return int(result.inserted_primary_key[0])
+    key = result.inserted_primary_key
+    assert key is not None  # an insert into a table with a primary key
+    return int(key[0])
 
 
 def update_job(conn: Connection, job_id: int, **values: Any) -> None:

@@ -8,15 +8,20 @@ offsets agree, and the consumer resumes from the offsets.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, func, select
+from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
 
 from service.store.tables import consumer_offsets, dead_letters
 
-_UPSERT = {"sqlite": sqlite.insert, "postgresql": postgresql.insert}
+#: The dialect's INSERT with ON CONFLICT (both dialects' constructs have the same API).
+_UPSERT: dict[str, Callable[[Table], Any]] = {
+    "sqlite": sqlite.insert,
+    "postgresql": postgresql.insert,
+}
 
 
 @dataclass(frozen=True)

@@ -81,6 +81,10 @@ model_versions = Table(
     Column("last_event_id", BigInteger, nullable=False),
     Column("n_users", Integer, nullable=False),
     Column("n_items", Integer, nullable=False),
+    # When retention deleted the artifact (the row stays: the history says it existed).
+    Column("deleted_at", Float, nullable=True),
+    # A job publishes at most one version, even across a crash and a resume.
+    UniqueConstraint("job_id", name="uq_model_versions_job_id"),
 )
 
 drift_alerts = Table(
@@ -106,6 +110,18 @@ heartbeats = Table(
     Column("rmse", Float, nullable=False),
     Column("static_rmse", Float, nullable=True),
     Column("model_version", String(64), nullable=True),
+)
+
+# The drift monitor's and heartbeat aggregator's state, one row per Kafka replica (each
+# monitors its own partitions), written with the heartbeats it accounts for, so a
+# restarted service carries on detecting.
+monitor_state = Table(
+    "monitor_state",
+    metadata,
+    Column("replica", Integer, primary_key=True, autoincrement=False),
+    Column("saved_at", Float, nullable=False),
+    Column("model_version", String(64), nullable=True),
+    Column("state", JSON, nullable=False),
 )
 
 consumer_offsets = Table(

@@ -17,7 +17,7 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
-from service.launcher import ServerProcess
+from benchmarks.launcher import ServerProcess
 from tests.support.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.slow

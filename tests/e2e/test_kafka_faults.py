@@ -12,8 +12,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.kafka.broker import EmbeddedBroker
-from service.launcher import ServerProcess, free_port
+from benchmarks.broker import EmbeddedBroker
+from benchmarks.launcher import ServerProcess, free_port
 from service.store import Database
 from service.store.events import count_events
 from service.store.offsets import load_offsets

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from service.launcher import ServerProcess
+from benchmarks.launcher import ServerProcess
 from tests.support.synthetic import planted_drift_stream
 
 pytestmark = pytest.mark.slow
@@ -39,11 +39,16 @@ def _segment_rmse(beats: list[dict], key: str, after: int) -> float:
 
 
 def _wait_idle(client: httpx.Client) -> None:
+    """No job running, and the newest version serving: a job is recorded succeeded
+    first, and serving then follows the registry to its version."""
     for _ in range(600):
         if client.get("/healthz").json()["retrain_job_running"] is None:
-            return
+            models = client.get("/models").json()
+            live = [v["version"] for v in models["versions"] if v["deleted_at"] is None]
+            if not live or models["current"] == live[0]:
+                return
         time.sleep(0.1)
-    raise AssertionError("retraining job still running after 60 s")
+    raise AssertionError("retraining job still running, or its version not served, after 60 s")
 
 
 def _replay(client: httpx.Client, events: list[dict]) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from service.launcher import ServerProcess
+from benchmarks.launcher import ServerProcess
 from tests.support.synthetic import stationary_stream
 
 pytestmark = pytest.mark.slow
@@ -69,8 +69,11 @@ def test_a_job_cut_by_kill_9_resumes_from_its_checkpoint_after_a_restart(
         job = _wait_for(http, job_id, lambda job: job["status"] == "succeeded", timeout=180)
         epochs = [e["epoch"] for e in job["epochs"]]
         assert epochs == list(range(len(epochs))) and len(epochs) >= 3
-        models = http.get("/models").json()
-        assert models["current"] == job["model_version"]
+        # The job is recorded succeeded first; serving then follows the registry to it.
+        deadline = time.monotonic() + 30
+        while (models := http.get("/models").json())["current"] != job["model_version"]:
+            assert time.monotonic() < deadline, f"{job['model_version']} never served: {models}"
+            time.sleep(0.05)
         assert job["model_version"] in {v["version"] for v in models["versions"]}
         assert job["cost_usd"] > 0 and job["invocations"]
     log = (tmp_path / "data" / "server.log").read_text()

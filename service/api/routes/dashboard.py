@@ -8,6 +8,7 @@ from fastapi import APIRouter
 from fastapi.responses import HTMLResponse
 
 from service.api.deps import PipelineDep
+from service.api.schemas import answers
 from service.store.alerts import list_alerts
 from service.store.jobs import list_jobs
 
@@ -61,7 +62,7 @@ def _chart(points: list[dict], width: int = 800, height: int = 220) -> str:
     )
 
 
-@router.get("/dashboard", response_class=HTMLResponse)
+@router.get("/dashboard", response_class=HTMLResponse, responses=answers(503))
 def dashboard(pipeline: PipelineDep) -> str:
     with pipeline.db.connect() as conn:
         alerts = list_alerts(conn, 50)

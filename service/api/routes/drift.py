@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query
 
 from service.api.deps import PipelineDep
-from service.api.schemas import AlertPublic, AlertsPublic
+from service.api.schemas import (
+    MAX_ID,
+    AlertPublic,
+    AlertsPublic,
+    HeartbeatPublic,
+    HeartbeatsPublic,
+    answers,
+)
 from service.store.alerts import list_alerts
 
 router = APIRouter(tags=["drift"])
 
 
-@router.get("/drift/alerts", response_model=AlertsPublic)
+@router.get("/drift/alerts", response_model=AlertsPublic, responses=answers(422, 503))
 def alerts(
     pipeline: PipelineDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
 ) -> AlertsPublic:
@@ -22,9 +29,10 @@ def alerts(
     return AlertsPublic(alerts=[AlertPublic(**row) for row in rows])
 
 
-@router.get("/drift/heartbeats")
+@router.get("/drift/heartbeats", response_model=HeartbeatsPublic, responses=answers(422, 503))
 def heartbeats(
-    pipeline: PipelineDep, since_events: Annotated[int, Query(ge=0)] = 0
-) -> dict[str, Any]:
+    pipeline: PipelineDep, since_events: Annotated[int, Query(ge=0, le=MAX_ID)] = 0
+) -> HeartbeatsPublic:
     """Prequential RMSE per heartbeat, of the served model and the never-retrained one."""
-    return {"heartbeats": pipeline.heartbeats(since_events)}
+    rows = pipeline.heartbeats(since_events)
+    return HeartbeatsPublic(heartbeats=[HeartbeatPublic(**row) for row in rows])

@@ -11,12 +11,23 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.api.deps import PipelineDep
+from service.api.schemas import HealthPublic
 from service.store.events import count_events
 
 router = APIRouter(tags=["ops"])
 
 
-@router.get("/healthz")
+@router.get(
+    "/healthz",
+    response_model=HealthPublic,
+    responses={
+        200: {"description": "Status, serving version, events and running job."},
+        503: {
+            "model": HealthPublic,
+            "description": "The database is unreachable (same body, status degraded).",
+        },
+    },
+)
 def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
     body: dict[str, Any] = {
         "status": "ok",
@@ -38,10 +49,26 @@ def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
         body["database"] = "ok"
     except SQLAlchemyError as exc:
         body.update(status="degraded", database=f"unreachable: {type(exc).__name__}")
-        return JSONResponse(body, status_code=503)
-    return JSONResponse(body)
+        return _answer(body, 503)
+    return _answer(body, 200)
 
 
-@router.get("/metrics")
+def _answer(body: dict[str, Any], status_code: int) -> JSONResponse:
+    """``body`` checked against ``HealthPublic``: returning a response skips FastAPI's check,
+    and the status code depends on the database."""
+    health = HealthPublic.model_validate(body)
+    return JSONResponse(health.model_dump(mode="json", exclude_unset=True), status_code)
+
+
+@router.get(
+    "/metrics",
+    response_class=Response,
+    responses={
+        200: {
+            "description": "Prometheus text exposition format.",
+            "content": {CONTENT_TYPE_LATEST.split(";")[0]: {"schema": {"type": "string"}}},
+        }
+    },
+)
 def metrics(pipeline: PipelineDep) -> Response:
     return Response(pipeline.metrics.render(), media_type=CONTENT_TYPE_LATEST)

@@ -4,26 +4,26 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, HTTPException, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
+from retrain.lifecycle import JobAlreadyRunning, NothingToTrain
 from service.api.deps import PipelineDep
-from service.api.schemas import JobPublic, JobsPublic, RetrainAccepted
-from service.retraining import JobAlreadyRunning, NothingToTrain
+from service.api.schemas import MAX_JOB_ID, JobPublic, JobsPublic, RetrainAccepted, answers
 from service.store.jobs import get_job, list_jobs
 
 router = APIRouter(tags=["jobs"])
 
 
-@router.get("/jobs", response_model=JobsPublic)
+@router.get("/jobs", response_model=JobsPublic, responses=answers(422, 503))
 def jobs(pipeline: PipelineDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobsPublic:
     with pipeline.db.connect() as conn:
         rows = list_jobs(conn, limit)
     return JobsPublic(jobs=[JobPublic.from_record(row) for row in rows])
 
 
-@router.get("/jobs/{job_id}", response_model=JobPublic)
-def job(pipeline: PipelineDep, job_id: int) -> JobPublic:
+@router.get("/jobs/{job_id}", response_model=JobPublic, responses=answers(404, 422, 503))
+def job(pipeline: PipelineDep, job_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)]) -> JobPublic:
     with pipeline.db.connect() as conn:
         row = get_job(conn, job_id)
     if row is None:
@@ -31,10 +31,12 @@ def job(pipeline: PipelineDep, job_id: int) -> JobPublic:
     return JobPublic.from_record(row)
 
 
-@router.post("/retrain", response_model=RetrainAccepted, status_code=202)
+@router.post(
+    "/retrain", response_model=RetrainAccepted, status_code=202, responses=answers(409, 503)
+)
 async def retrain(pipeline: PipelineDep) -> RetrainAccepted:
     try:
-        job_id = await run_in_threadpool(pipeline.retrainer.request, "manual", None, exclusive=True)
+        job_id = await run_in_threadpool(pipeline.retrain_now)
     except JobAlreadyRunning as exc:
         raise HTTPException(409, str(exc)) from exc
     except NothingToTrain as exc:

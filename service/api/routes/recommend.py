@@ -8,15 +8,16 @@ from fastapi import APIRouter, Query
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import PipelineDep
-from service.api.schemas import RecommendationPublic, ScoredItem
+from service.api.schemas import RecommendationPublic, ScoredItem, answers
+from service.ingest.validation import IDENTIFIER_PATTERN
 
 router = APIRouter(tags=["serving"])
 
 
-@router.get("/recommend", response_model=RecommendationPublic)
+@router.get("/recommend", response_model=RecommendationPublic, responses=answers(422, 503))
 async def recommend(
     pipeline: PipelineDep,
-    user_id: Annotated[str, Query(min_length=1, max_length=256)],
+    user_id: Annotated[str, Query(min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN)],
     k: Annotated[int, Query(ge=1, le=1000)] = 10,
 ) -> RecommendationPublic:
     result = await run_in_threadpool(pipeline.recommend, user_id, k)
