@@ -45,6 +45,12 @@ class DriftAlert:
         ``events_seen`` of the heartbeat that raised the alert.
     heartbeat_index
         ``index`` of the heartbeat that raised the alert.
+    change_events
+        Estimated start of the change: the ``events_seen`` count at which the level
+        ``after`` began (segment attribution and the retraining window start there).
+        None when the detector cannot place it.
+    detector
+        Registry name of the detector that raised the alert.
     """
 
     metric: str
@@ -52,6 +58,8 @@ class DriftAlert:
     after: float
     events_seen: int
     heartbeat_index: int
+    change_events: int | None = None
+    detector: str = ""
 
     @property
     def relative_drop(self) -> float:
@@ -226,7 +234,8 @@ class DriftMonitor(DriftDetector):
         if not self._adwin.drift_detected:
             return None
         self._changes += 1
-        before, after = _split_means(np.fromiter(self._window, float), self.min_heartbeats)
+        values = np.fromiter(self._window, float)
+        before, after, split = _split_means(values, self.min_heartbeats)
         if after <= before or after < before * (1.0 + self.min_relative_drop):
             return None
         self._drift_detected = True
@@ -236,10 +245,13 @@ class DriftMonitor(DriftDetector):
             after=after,
             events_seen=heartbeat.events_seen,
             heartbeat_index=heartbeat.index,
+            # Heartbeats are equal-sized but for time-closed ones: a close estimate.
+            change_events=max(0, heartbeat.events_seen - (values.size - split) * heartbeat.events),
+            detector="adwin-heartbeat",
         )
 
 
-def _split_means(values: np.ndarray, min_length: int) -> tuple[float, float]:
+def _split_means(values: np.ndarray, min_length: int) -> tuple[float, float, int]:
     """Means of the two segments of ``values`` that best explain a change in level.
 
     river's ADWIN reports *that* its window changed, not where, and it drops only the
@@ -257,20 +269,21 @@ def _split_means(values: np.ndarray, min_length: int) -> tuple[float, float]:
 
     Returns
     -------
-    tuple of float
-        ``(before, after)``: mean of the older and of the recent segment.
+    tuple
+        ``(before, after, split)``: mean of the older and of the recent segment, and
+        the number of values in the older one.
     """
     n = values.size
     low = max(1, min(min_length, n // 2))
     sizes = np.arange(low, n - low + 1)
     if sizes.size == 0:
-        return float(values.mean()), float(values.mean())
+        return float(values.mean()), float(values.mean()), n
     cumulative = np.cumsum(values)
     old_means = cumulative[sizes - 1] / sizes
     new_means = (cumulative[-1] - cumulative[sizes - 1]) / (n - sizes)
     score = sizes * (n - sizes) / n * (old_means - new_means) ** 2
     best = int(np.argmax(score))
-    return float(old_means[best]), float(new_means[best])
+    return float(old_means[best]), float(new_means[best]), int(sizes[best])
 
 
 def _is_real(value: object) -> bool:

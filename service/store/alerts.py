@@ -18,6 +18,9 @@ def add_alert(
     after: float,
     events_seen: int,
     model_version: str | None,
+    detector: str | None = None,
+    change_events: int | None = None,
+    segments: dict[str, Any] | None = None,
 ) -> int:
     result = conn.execute(
         insert(drift_alerts).values(
@@ -27,6 +30,9 @@ def add_alert(
             after=after,
             events_seen=events_seen,
             model_version=model_version,
+            detector=detector,
+            change_events=change_events,
+            segments=segments,
         )
     )
     key = result.inserted_primary_key

@@ -98,6 +98,11 @@ drift_alerts = Table(
     Column("events_seen", BigInteger, nullable=False),
     Column("model_version", String(64), nullable=True),
     Column("retrain_job_id", Integer, ForeignKey("retrain_jobs.id"), nullable=True),
+    # The detector that fired, where it places the change (events seen) and how the
+    # error rise splits across user and item segments (drift/segments.py).
+    Column("detector", String(64), nullable=True),
+    Column("change_events", BigInteger, nullable=True),
+    Column("segments", JSON, nullable=True),
 )
 
 heartbeats = Table(
@@ -110,6 +115,13 @@ heartbeats = Table(
     Column("rmse", Float, nullable=False),
     Column("static_rmse", Float, nullable=True),
     Column("model_version", String(64), nullable=True),
+    # Ranking quality on the heartbeat's sampled positive events (drift/ranking.py);
+    # null when the heartbeat held none.
+    Column("hit_rate", Float, nullable=True),
+    Column("ndcg", Float, nullable=True),
+    Column("static_hit_rate", Float, nullable=True),
+    Column("static_ndcg", Float, nullable=True),
+    Column("ranked_events", Integer, nullable=True),
 )
 
 # The drift monitor's and heartbeat aggregator's state, one row per Kafka replica (each

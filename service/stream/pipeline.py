@@ -304,6 +304,10 @@ class Pipeline:
             after=alert.after,
             events_seen=self._events_offset + alert.events_seen,
             model_version=self.serving.version,
+            detector=alert.detector or self.settings.drift_detector,
+            change_events=(
+                None if alert.change_events is None else self._events_offset + alert.change_events
+            ),
         )
 
     def _trigger(self, alert_ids: list[int]) -> None:
