@@ -9,10 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Annotated, Any, Literal, Self
 
-from pydantic import Field, ValidationInfo, field_validator, model_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, ValidationInfo, field_validator, model_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from service.ingest.validation import EventLimits
+
+#: A list setting, given as comma-separated text in a flag or a ``DRIFTLINE_*`` variable.
+Names = Annotated[tuple[str, ...], NoDecode]
+
+#: The names a service bound to loopback is reached by (Host header, without the port).
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 
 
 class Settings(BaseSettings):
@@ -44,6 +53,72 @@ class Settings(BaseSettings):
     rating_max: float = 5.0
     max_batch_events: int = Field(10_000, ge=1)
     max_body_bytes: int = Field(8 * 1024 * 1024, ge=1024)
+    timestamp_min: float = Field(
+        631_152_000.0,
+        description="Earliest event timestamp accepted, seconds since 1970 (default: 1990).",
+    )
+    timestamp_ahead_seconds: float = Field(
+        86_400.0, ge=0, description="How far past the server's clock a timestamp may be."
+    )
+
+    # Access control and request hardening (README: Security).
+    insecure: bool = Field(
+        False,
+        description=(
+            "Serve without API keys on an address other than loopback (anyone who can "
+            "reach it can ingest, read and retrain)."
+        ),
+    )
+    public_paths: Names = Field(
+        ("/healthz", "/metrics"),
+        description="Routes answered without a key, comma-separated (none: every route).",
+    )
+    trusted_hosts: Names = Field(
+        LOOPBACK_HOSTS,
+        description=(
+            "Host header names accepted, comma-separated; '*' accepts any (a defence "
+            "against DNS rebinding: add the names clients use to reach the service)."
+        ),
+    )
+    cors_origins: Names = Field(
+        (), description="Origins allowed to call the API from a browser (default: none)."
+    )
+    session_secret: SecretStr | None = Field(
+        None,
+        description=(
+            "Signs dashboard sessions and CSRF tokens; default: random per process (set "
+            "one for several serve replicas behind one address)."
+        ),
+    )
+    session_hours: float = Field(12.0, gt=0, description="How long a dashboard sign-in lasts.")
+    key_refresh_seconds: float = Field(
+        1.0,
+        gt=0,
+        description="How often the key table is reread: the most a revoked key lives on.",
+    )
+
+    # Abuse limits, per key (or per client address when the service is open).
+    ingest_rate_events: float | None = Field(
+        None, gt=0, description="Events per second one key may ingest (none: unlimited)."
+    )
+    ingest_burst_events: int | None = Field(
+        None, ge=1, description="Events a key may ingest at once (default: one second's worth)."
+    )
+    recommend_rate: float | None = Field(
+        None, gt=0, description="GET /recommend requests per second per key (none: unlimited)."
+    )
+    recommend_burst: int | None = Field(
+        None, ge=1, description="Requests a key may make at once (default: one second's worth)."
+    )
+    ingest_item_cap: int | None = Field(
+        None,
+        ge=1,
+        description=(
+            "Most events one key may ingest for one item per INGEST_ITEM_WINDOW_SECONDS "
+            "(none: no cap); limits how far one client can push an item up."
+        ),
+    )
+    ingest_item_window_seconds: float = Field(3600.0, gt=0)
 
     # Prequential evaluation and drift detection.
     heartbeat_events: int = Field(500, ge=1)
@@ -141,6 +216,14 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown {info.field_name} {value!r}; choose from {choices}")
         return value
 
+    @field_validator("public_paths", "trusted_hosts", "cors_origins", mode="before")
+    @classmethod
+    def _split_names(cls, value: Any) -> Any:
+        """Comma-separated text (a flag or a variable) as a tuple; ``none`` as empty."""
+        if isinstance(value, str):
+            return tuple(part.strip() for part in value.split(",") if part.strip())
+        return () if value is None else value
+
     @model_validator(mode="after")
     def _check_ranges(self) -> Self:
         if self.kafka_replica >= self.kafka_replicas:
@@ -160,6 +243,15 @@ class Settings(BaseSettings):
                 f"cannot read {self.resolved_object_store_url}"
             )
         return self
+
+    @property
+    def event_limits(self) -> EventLimits:
+        """What an ingested event may carry (HTTP and Kafka alike)."""
+        from service.ingest.validation import EventLimits
+
+        return EventLimits(
+            self.rating_min, self.rating_max, self.timestamp_min, self.timestamp_ahead_seconds
+        )
 
     @property
     def resolved_database_url(self) -> str:

@@ -26,7 +26,7 @@ from typing import Any
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
 
-from service.ingest.validation import parse_event_json
+from service.ingest.validation import EventLimits, parse_event_json
 from service.store.events import NewEvent
 from service.store.offsets import DeadLetter, add_dead_letters, load_offsets, save_offsets
 from service.stream.pipeline import Pipeline
@@ -59,14 +59,14 @@ class Decoded:
     next_offsets: dict[int, int]
 
 
-def decode(topic: str, records: Iterable[Any], rating_range: tuple[float, float]) -> Decoded:
+def decode(topic: str, records: Iterable[Any], limits: EventLimits) -> Decoded:
     """Events from Kafka records; anything unusable becomes a dead letter, never an error."""
     events: list[NewEvent] = []
     dead: list[DeadLetter] = []
     next_offsets: dict[int, int] = {}
     for record in records:
         next_offsets[record.partition] = record.offset + 1
-        event, problem = _decode_one(topic, record, rating_range)
+        event, problem = _decode_one(topic, record, limits)
         if event is not None:
             events.append(event)
         else:
@@ -78,12 +78,10 @@ def decode(topic: str, records: Iterable[Any], rating_range: tuple[float, float]
     return Decoded(events, dead, next_offsets)
 
 
-def _decode_one(
-    topic: str, record: Any, rating_range: tuple[float, float]
-) -> tuple[NewEvent | None, str]:
+def _decode_one(topic: str, record: Any, limits: EventLimits) -> tuple[NewEvent | None, str]:
     if record.value is None:
         return None, "message has no value"
-    event, problems = parse_event_json(record.value, rating_range)
+    event, problems = parse_event_json(record.value, limits)
     if event is None:
         return None, "; ".join(f"{p.field}: {p.message}" for p in problems)
     if event.event_id is None:
@@ -265,7 +263,7 @@ class EventConsumer:
 
     def _store(self, records: list[Any]) -> None:
         settings = self.pipeline.settings
-        decoded = decode(self.topic, records, (settings.rating_min, settings.rating_max))
+        decoded = decode(self.topic, records, settings.event_limits)
 
         def write_offsets(conn: Any) -> None:
             add_dead_letters(conn, decoded.dead)

@@ -7,6 +7,7 @@ would accept, and the errors name the same fields.
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass
 from typing import Annotated, Any
 
@@ -14,11 +15,19 @@ from pydantic import BaseModel, ConfigDict, StrictFloat, StringConstraints, Vali
 
 from service.store.events import NewEvent
 
-#: What an id may hold: any text but NUL, which PostgreSQL's text columns refuse (a stored
-#: event must be storable on either database, and a Kafka message with one must become a
-#: dead letter rather than stop the consumer). Matched inside pydantic-core, so it costs
-#: the ingest path no Python call per id; ``GET /recommend`` applies it to ``user_id``.
-IDENTIFIER_PATTERN = r"^[^\x00]*$"
+#: What an id may hold: any text but control characters and invisible formatting marks.
+#: NUL because PostgreSQL's text columns refuse it (a stored event must be storable on
+#: either database, and a Kafka message with one must become a dead letter rather than
+#: stop the consumer); the other C0/C1 controls because they rewrite terminals and logs;
+#: the bidirectional overrides and isolates (U+061C, U+200E/F, U+202A–E, U+2066–9), the
+#: zero-width marks (U+200B–D, U+2060, U+FEFF) and the line/paragraph separators
+#: (U+2028/9) because they make two different ids look the same to an operator, or one id
+#: read backwards ("Trojan Source", CVE-2021-42574). Matched inside pydantic-core, so it
+#: costs the ingest path no Python call per id; ``GET /recommend`` applies it to
+#: ``user_id``.
+IDENTIFIER_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]*$"
+#: What a refused id is told, instead of the pattern above.
+IDENTIFIER_RULE = "must not hold control characters or bidirectional or zero-width marks"
 Identifier = Annotated[
     str,
     StringConstraints(strict=True, min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN),
@@ -38,8 +47,9 @@ class EventIn(BaseModel):
     rating: Number | None = None
     timestamp: Number | None = None
 
-    def range_errors(self, rating_min: float, rating_max: float) -> list[Problem]:
+    def range_errors(self, limits: EventLimits) -> list[Problem]:
         """Values that parse but are not acceptable."""
+        rating_min, rating_max = limits.rating_min, limits.rating_max
         errors: list[Problem] = []
         if self.rating is not None:
             if not math.isfinite(self.rating):
@@ -50,9 +60,53 @@ class EventIn(BaseModel):
                 errors.append(
                     Problem("rating", f"rating {self.rating} is outside {rating_min}..{rating_max}")
                 )
-        if self.timestamp is not None and not math.isfinite(self.timestamp):
-            errors.append(Problem("timestamp", f"timestamp must be finite, got {self.timestamp}"))
+        if self.timestamp is not None:
+            errors.extend(limits.timestamp_errors(self.timestamp))
         return errors
+
+
+@dataclass(frozen=True)
+class EventLimits:
+    """The values an event may carry, from the settings.
+
+    Parameters
+    ----------
+    rating_min, rating_max
+        The explicit-feedback scale (MovieLens: 0.5–5.0).
+    timestamp_min
+        The earliest event time accepted, in seconds since the epoch (default 1990):
+        an older one is a unit mistake (milliseconds read as seconds go the other way
+        and land centuries ahead) or a forged backfill.
+    timestamp_ahead_seconds
+        How far past this machine's clock an event may be dated: enough for producers
+        whose clocks drift, not enough to plant events that stay "newest" for a year.
+
+    Examples
+    --------
+    >>> limits = EventLimits(0.5, 5.0, timestamp_min=0.0, timestamp_ahead_seconds=60.0)
+    >>> [p.field for p in limits.timestamp_errors(time.time() + 3600)]
+    ['timestamp']
+    """
+
+    rating_min: float = 0.5
+    rating_max: float = 5.0
+    timestamp_min: float = 631_152_000.0  # 1990-01-01T00:00:00Z
+    timestamp_ahead_seconds: float = 86_400.0
+
+    def timestamp_errors(self, timestamp: float) -> list[Problem]:
+        """Why ``timestamp`` is refused, if it is: not finite, or outside the window."""
+        if not math.isfinite(timestamp):
+            return [Problem("timestamp", f"timestamp must be finite, got {timestamp}")]
+        latest = time.time() + self.timestamp_ahead_seconds
+        if not self.timestamp_min <= timestamp <= latest:
+            return [
+                Problem(
+                    "timestamp",
+                    f"timestamp {timestamp} is outside {self.timestamp_min:.0f}..{latest:.0f} "
+                    "(seconds since 1970-01-01 UTC)",
+                )
+            ]
+        return []
 
 
 @dataclass(frozen=True)
@@ -63,19 +117,17 @@ class Problem:
     message: str
 
 
-def parse_event(
-    raw: Any, rating_range: tuple[float, float]
-) -> tuple[NewEvent | None, list[Problem]]:
+def parse_event(raw: Any, limits: EventLimits) -> tuple[NewEvent | None, list[Problem]]:
     """The event in ``raw`` (a decoded JSON value), or None and why not."""
     try:
         event = EventIn.model_validate(raw)
     except ValidationError as exc:
         return None, [_problem(error) for error in exc.errors()]
-    return _checked(event, rating_range)
+    return _checked(event, limits)
 
 
 def parse_event_json(
-    data: bytes | str, rating_range: tuple[float, float]
+    data: bytes | str, limits: EventLimits
 ) -> tuple[NewEvent | None, list[Problem]]:
     """The event in a JSON document, or None and why not.
 
@@ -86,13 +138,11 @@ def parse_event_json(
         event = EventIn.model_validate_json(data)
     except ValidationError as exc:
         return None, [_problem(error) for error in exc.errors()]
-    return _checked(event, rating_range)
+    return _checked(event, limits)
 
 
-def _checked(
-    event: EventIn, rating_range: tuple[float, float]
-) -> tuple[NewEvent | None, list[Problem]]:
-    problems = event.range_errors(*rating_range)
+def _checked(event: EventIn, limits: EventLimits) -> tuple[NewEvent | None, list[Problem]]:
+    problems = event.range_errors(limits)
     if problems:
         return None, problems
     return (
@@ -110,4 +160,5 @@ def _checked(
 def _problem(error: Any) -> Problem:
     location = ".".join(str(part) for part in error["loc"])
     field = str(error["loc"][0]) if error["loc"] else "event"
-    return Problem(field, f"{location or 'event'}: {error['msg']}")
+    message = IDENTIFIER_RULE if error["type"] == "string_pattern_mismatch" else error["msg"]
+    return Problem(field, f"{location or 'event'}: {message}")

@@ -161,9 +161,15 @@ def rated_items(conn: Connection, user_id: str) -> list[str]:
 
 
 def popular_items(conn: Connection, window: int, limit: int) -> list[tuple[str, int]]:
-    """The most frequent items among the newest ``window`` events: what is trending now."""
+    """The items most users had events for among the newest ``window`` events.
+
+    Counted in distinct users, not events: one user's events count once per item, so a
+    client replaying one user's rating a thousand times moves an item no more than
+    that user rating it once. (A client inventing users is held back by the per-key
+    item cap, ``INGEST_ITEM_CAP``, at ingestion.)
+    """
     newest = max_event_id(conn)
-    count = func.count().label("n")
+    count = func.count(events.c.user_id.distinct()).label("n")
     query = (
         select(events.c.item_id, count)
         .where(events.c.id > newest - window)

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.exc import OperationalError
+
+from service.app import create_app
+from service.settings import Settings
 
 JSON = {"content-type": "application/json"}
 
@@ -55,6 +60,58 @@ def test_an_id_holding_nul_is_a_422_naming_it(client: TestClient, field: str) ->
     assert response.status_code == 422, response.text
     assert response.json()["detail"][0]["field"] == field
     assert _stored(client) == 0
+
+
+@pytest.mark.parametrize(
+    "mark",
+    ["\x1b[2J", "\x7f", "\x85", "\u202e", "\u2066", "\u200b", "\u200d", "\ufeff", "\u2028"],
+    ids=["escape", "del", "c1", "rlo", "lri", "zwsp", "zwj", "bom", "line-sep"],
+)
+@pytest.mark.parametrize("field", ["user_id", "item_id", "event_id"])
+def test_an_id_holding_a_control_or_invisible_mark_is_a_422_naming_it(
+    client: TestClient, field: str, mark: str
+) -> None:
+    """Ids an operator cannot read as they are (Trojan Source) never reach the store."""
+    event = {"event_id": "e", "user_id": "u", "item_id": "i", field: f"admin{mark}x"}
+    response = client.post("/ingest", json={"events": [event]})
+    assert response.status_code == 422, response.text
+    problem = response.json()["detail"][0]
+    assert problem["field"] == field
+    assert "control characters" in problem["msg"]
+    assert _stored(client) == 0
+
+
+def test_ids_in_any_script_are_accepted(client: TestClient) -> None:
+    event = {"user_id": "Zoë", "item_id": "東京物語 (1953)", "rating": 4.5}
+    assert client.post("/ingest", json={"events": [event]}).status_code == 200
+
+
+@pytest.mark.parametrize(
+    "timestamp", [0, 631151999.0, 1e12, 4102444800.0], ids=["1970", "1989", "ms", "2100"]
+)
+def test_a_timestamp_outside_the_window_is_a_422_naming_it(
+    client: TestClient, timestamp: float
+) -> None:
+    event = {"user_id": "u", "item_id": "i", "rating": 4.0, "timestamp": timestamp}
+    response = client.post("/ingest", json={"events": [event]})
+    assert response.status_code == 422, response.text
+    assert response.json()["detail"][0]["field"] == "timestamp"
+    assert "outside" in response.json()["detail"][0]["msg"]
+    assert _stored(client) == 0
+
+
+def test_the_timestamp_window_is_a_setting(tmp_path: Path, database_url: str) -> None:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        timestamp_min=0,
+        timestamp_ahead_seconds=0,
+    )
+    with TestClient(create_app(settings)) as open_window:
+        old = {"user_id": "u", "item_id": "i", "timestamp": 1.0}
+        assert open_window.post("/ingest", json={"events": [old]}).status_code == 200
+        ahead = {"user_id": "u", "item_id": "i", "timestamp": time.time() + 60}
+        assert open_window.post("/ingest", json={"events": [ahead]}).status_code == 422
 
 
 def test_a_user_id_holding_nul_is_a_422_on_recommend(client: TestClient) -> None:

@@ -378,6 +378,15 @@ def test_popular_items_rank_the_newest_window_by_count(db: Database) -> None:
         assert popular_items(conn, window=1000, limit=1) == [("old-hit", 50)]
 
 
+def test_popular_items_count_distinct_users_not_events(db: Database) -> None:
+    """One user's thousand events for an item weigh what one event does."""
+    spam = [NewEvent("spammer", "pushed", 5.0) for _ in range(1000)]
+    liked = [NewEvent(f"fan{k}", "liked", 4.0) for k in range(3)]
+    _store(db, spam + liked)
+    with db.connect() as conn:
+        assert popular_items(conn, window=2000, limit=2) == [("liked", 3), ("pushed", 1)]
+
+
 def test_popular_items_of_an_empty_store_is_empty(db: Database) -> None:
     with db.connect() as conn:
         assert popular_items(conn, window=100, limit=10) == []

@@ -104,8 +104,9 @@ def validate_events(raw_events: list[Any], settings: Settings) -> list[NewEvent]
     """Every event parsed, or HTTP 422 naming each bad event's index and field."""
     problems: list[dict[str, Any]] = []
     parsed: list[NewEvent] = []
+    limits = settings.event_limits
     for index, raw in enumerate(raw_events):
-        event, errors = parse_event(raw, (settings.rating_min, settings.rating_max))
+        event, errors = parse_event(raw, limits)
         problems.extend(
             {"index": index, "field": e.field, "msg": f"events[{index}]: {e.message}"}
             for e in errors
