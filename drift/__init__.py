@@ -1,14 +1,17 @@
-"""Drift detection: prequential evaluation, heartbeats and the ADWIN monitor.
+"""Drift detection: prequential evaluation, heartbeats and the drift detectors.
 
 The serving model's errors flow through ``PrequentialTracker`` (running accuracy per
-predictor), ``HeartbeatAggregator`` (errors grouped into an RMSE series) and
-``DriftMonitor`` (ADWIN with a minimum-drop confirmation), which emits ``DriftAlert``.
+predictor), ``HeartbeatAggregator`` (errors grouped into heartbeats that carry the
+RMSE and the single errors) and a detector of ``DETECTORS`` (``EventDriftMonitor``
+on every event by default, ``DriftMonitor`` on the heartbeat series as the baseline),
+each confirming a change by its size before it emits a ``DriftAlert``.
 This package knows nothing about HTTP, SQL or how a retrain is run.
 """
 
 from drift.base import DriftDetector
 from drift.detectors import DETECTORS, make_detector
-from drift.heartbeat import Heartbeat, HeartbeatAggregator
+from drift.event_monitor import EventDriftMonitor
+from drift.heartbeat import Heartbeat, HeartbeatAggregator, user_key
 from drift.monitor import DriftAlert, DriftMonitor
 from drift.prequential import PrequentialTracker, squared_errors
 
@@ -17,9 +20,11 @@ __all__ = [
     "DriftAlert",
     "DriftDetector",
     "DriftMonitor",
+    "EventDriftMonitor",
     "Heartbeat",
     "HeartbeatAggregator",
     "PrequentialTracker",
     "make_detector",
     "squared_errors",
+    "user_key",
 ]

@@ -40,6 +40,15 @@ class DriftDetector(abc.ABC):
     def reset(self) -> None:
         """Forget everything seen so far, keeping the parameters."""
 
+    def on_swap(self) -> None:
+        """A new model version starts serving.
+
+        The default restarts the detector: a new version has a new error level by
+        design. A detector that learns the new level from its own input overrides this
+        to keep watching through the swap.
+        """
+        self.reset()
+
     def state(self) -> dict[str, Any]:
         """What the detector has learnt, as plain JSON, for ``restore`` after a restart.
 

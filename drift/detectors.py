@@ -1,15 +1,19 @@
 """Drift detectors by name, chosen by ``DRIFT_DETECTOR``.
 
-Each entry builds a detector of the serving model's heartbeat series from the monitor
-settings (significance, minimum relative rise, minimum heartbeats). New detectors join
-here; the service never branches on a detector's type.
+Each entry builds a detector of the serving model's errors from the monitor settings
+(significance, minimum relative rise, minimum heartbeats, rating range). New detectors
+join here; the service never branches on a detector's type. ``driftline bench drift``
+runs every entry on the same streams; the default is the one it measured best (see
+``BENCHMARKS.md``).
 
 Examples
 --------
 >>> detector = make_detector("adwin-heartbeat", delta=0.01, min_relative_drop=0.1,
-...                          min_heartbeats=5)
+...                          min_heartbeats=5, rating_range=(0.5, 5.0))
 >>> type(detector).__name__, detector.get_params()["delta"]
 ('DriftMonitor', 0.01)
+>>> sorted(DETECTORS)
+['adwin-event', 'adwin-heartbeat', 'kswin', 'page-hinkley']
 """
 
 from __future__ import annotations
@@ -17,27 +21,123 @@ from __future__ import annotations
 from typing import Protocol
 
 from drift.base import DriftDetector
+from drift.event_monitor import EventDriftMonitor
 from drift.monitor import DriftMonitor
 
-__all__ = ["DETECTORS", "DetectorFactory", "make_detector"]
+__all__ = ["DEFAULT_DETECTOR", "DETECTORS", "DetectorFactory", "make_detector"]
 
 
 class DetectorFactory(Protocol):
-    """Builds a heartbeat detector from the monitor settings (a detector's class fits)."""
+    """Builds a detector from the monitor settings."""
 
     def __call__(
-        self, *, delta: float, min_relative_drop: float, min_heartbeats: int
+        self,
+        *,
+        delta: float,
+        min_relative_drop: float,
+        min_heartbeats: int,
+        rating_range: tuple[float, float],
     ) -> DriftDetector: ...
 
 
+def adwin_heartbeat(
+    *,
+    delta: float,
+    min_relative_drop: float,
+    min_heartbeats: int,
+    rating_range: tuple[float, float],
+) -> DriftDetector:
+    """river's ADWIN on the heartbeat RMSE series, restarted at every swap (the baseline)."""
+    return DriftMonitor(
+        delta=delta, min_relative_drop=min_relative_drop, min_heartbeats=min_heartbeats
+    )
+
+
+def adwin_event(
+    *,
+    delta: float,
+    min_relative_drop: float,
+    min_heartbeats: int,
+    rating_range: tuple[float, float],
+) -> DriftDetector:
+    """river's ADWIN on every event's squared error over the squared rating range.
+
+    ``min_heartbeats`` becomes ADWIN's grace period in events (one heartbeat is 500
+    of them at the defaults, and a window shorter than that is noise on ratings).
+    """
+    adwin = {"delta": delta, "clock": 32, "grace_period": 1_000, "min_window_length": 200}
+    return EventDriftMonitor(
+        "ADWIN",
+        adwin,
+        min_relative_drop=min_relative_drop,
+        rating_range=rating_range,
+        name="adwin-event",
+    )
+
+
+def page_hinkley(
+    *,
+    delta: float,
+    min_relative_drop: float,
+    min_heartbeats: int,
+    rating_range: tuple[float, float],
+) -> DriftDetector:
+    """river's Page-Hinkley test (rises only) on every event's normalised error.
+
+    The tolerated drift per event is half the smallest rise that matters, at a typical
+    normalised error of 0.05 (an RMSE of 0.9 on a 0.5-5 scale); the threshold is the
+    cumulative excess of about 2,000 events of such a rise.
+    """
+    tolerance = 0.05 * min_relative_drop
+    test = {"min_instances": 1_000, "delta": tolerance, "threshold": 20.0, "mode": "up"}
+    return EventDriftMonitor(
+        "PageHinkley",
+        test,
+        min_relative_drop=min_relative_drop,
+        rating_range=rating_range,
+        name="page-hinkley",
+    )
+
+
+def kswin(
+    *,
+    delta: float,
+    min_relative_drop: float,
+    min_heartbeats: int,
+    rating_range: tuple[float, float],
+) -> DriftDetector:
+    """river's KSWIN (a Kolmogorov-Smirnov test between a recent and an older sample)
+    on means of 50 events' normalised errors, so the test runs once per 50 events."""
+    test = {"alpha": delta, "window_size": 100, "stat_size": 30, "seed": 0}
+    return EventDriftMonitor(
+        "KSWIN",
+        test,
+        min_relative_drop=min_relative_drop,
+        rating_range=rating_range,
+        name="kswin",
+        block=50,
+    )
+
+
 DETECTORS: dict[str, DetectorFactory] = {
-    # river's ADWIN on the heartbeat RMSE series, confirmed by a minimum relative rise.
-    "adwin-heartbeat": DriftMonitor,
+    "adwin-heartbeat": adwin_heartbeat,
+    "adwin-event": adwin_event,
+    "page-hinkley": page_hinkley,
+    "kswin": kswin,
 }
+
+#: What ``DRIFT_DETECTOR`` defaults to (``service.settings`` names it too, without
+#: importing river): the entry ``driftline bench drift`` measured best.
+DEFAULT_DETECTOR = "adwin-event"
 
 
 def make_detector(
-    name: str, *, delta: float, min_relative_drop: float, min_heartbeats: int
+    name: str,
+    *,
+    delta: float,
+    min_relative_drop: float,
+    min_heartbeats: int,
+    rating_range: tuple[float, float] = (0.5, 5.0),
 ) -> DriftDetector:
     """The detector registered as ``name``, built from the monitor settings.
 
@@ -51,4 +151,9 @@ def make_detector(
     except KeyError:
         choices = sorted(DETECTORS)
         raise ValueError(f"unknown drift detector {name!r}; choose from {choices}") from None
-    return build(delta=delta, min_relative_drop=min_relative_drop, min_heartbeats=min_heartbeats)
+    return build(
+        delta=delta,
+        min_relative_drop=min_relative_drop,
+        min_heartbeats=min_heartbeats,
+        rating_range=rating_range,
+    )

@@ -11,14 +11,15 @@ from __future__ import annotations
 
 import math
 import time
+import zlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["Heartbeat", "HeartbeatAggregator"]
+__all__ = ["Heartbeat", "HeartbeatAggregator", "user_key"]
 
 
 @dataclass(frozen=True)
@@ -35,12 +36,24 @@ class Heartbeat:
         Cumulative number of squared errors up to and including this heartbeat.
     rmse
         Root mean squared error over the heartbeat's events.
+    squared_errors
+        The heartbeat's squared errors in arrival order, for detectors that watch single
+        events rather than the RMSE series. Shorter than ``events`` only for the first
+        heartbeat after a restart, whose earlier pending errors were saved as a sum.
     """
 
     index: int
     events: int
     events_seen: int
     rmse: float
+    squared_errors: np.ndarray = field(
+        default_factory=lambda: np.empty(0), compare=False, repr=False
+    )
+    #: 16-bit keys of the events' users, aligned with ``squared_errors`` (empty when the
+    #: caller gave none): enough to tell one user's session from a broad change.
+    user_keys: np.ndarray = field(
+        default_factory=lambda: np.empty(0, dtype=np.uint16), compare=False, repr=False
+    )
 
 
 class HeartbeatAggregator:
@@ -93,6 +106,8 @@ class HeartbeatAggregator:
         self.clock = clock
         self._pending_sum = 0.0
         self._pending_count = 0
+        self._pending_errors: list[np.ndarray] = []
+        self._pending_keys: list[np.ndarray] = []
         self._index = 0
         self._events_seen = 0
         self._last_close = clock()
@@ -107,7 +122,7 @@ class HeartbeatAggregator:
         """Errors inside closed heartbeats so far."""
         return self._events_seen
 
-    def add(self, squared_errors: ArrayLike) -> list[Heartbeat]:
+    def add(self, squared_errors: ArrayLike, user_keys: ArrayLike | None = None) -> list[Heartbeat]:
         """Add squared errors and return the heartbeats they close, oldest first.
 
         Parameters
@@ -116,6 +131,8 @@ class HeartbeatAggregator:
             Squared errors of labelled predictions, shape ``(n,)``; any shape is
             flattened. Values must be finite and non-negative: a single NaN or inf
             would poison every later RMSE and ADWIN's running variance.
+        user_keys
+            Optional 16-bit keys of the events' users (``user_key``), same length.
 
         Returns
         -------
@@ -123,7 +140,12 @@ class HeartbeatAggregator:
             Possibly empty; a large array may close several heartbeats at once.
         """
         errors = _as_errors(squared_errors)
-        beats = self._close_full_groups(errors)
+        keys = np.asarray(
+            user_keys if user_keys is not None else np.zeros(errors.size), dtype=np.uint16
+        ).reshape(-1)
+        if keys.size != errors.size:
+            raise ValueError(f"{keys.size} user keys for {errors.size} errors")
+        beats = self._close_full_groups(errors, keys)
         due = self.flush_if_due()
         if due is not None:
             beats.append(due)
@@ -163,6 +185,8 @@ class HeartbeatAggregator:
         if index < 0 or events_seen < 0:
             raise ValueError(f"index and events_seen must be >= 0, got {index}, {events_seen}")
         self._pending_sum, self._pending_count = pending_sum, pending_count
+        # The values are gone; their sum is enough for the RMSE.
+        self._pending_errors, self._pending_keys = [], []
         self._index, self._events_seen = index, events_seen
 
     def flush_if_due(self) -> Heartbeat | None:
@@ -178,35 +202,55 @@ class HeartbeatAggregator:
             return None
         if self.clock() - self._last_close < self.every_seconds:
             return None
-        beat = self._close(self._pending_sum, self._pending_count)
+        beat = self._close(self._pending_sum, self._pending_count, *self._take_pending())
         self._pending_sum, self._pending_count = 0.0, 0
         return beat
 
-    def _close_full_groups(self, errors: np.ndarray) -> list[Heartbeat]:
+    def _close_full_groups(self, errors: np.ndarray, keys: np.ndarray) -> list[Heartbeat]:
         """Close every complete group of ``every_events``; keep the remainder pending."""
         size = self.every_events
         need = size - self._pending_count
         if errors.size < need:
             self._pending_sum += float(errors.sum())
             self._pending_count += int(errors.size)
+            self._hold(errors, keys)
             return []
-        beats = [self._close(self._pending_sum + float(errors[:need].sum()), size)]
-        rest = errors[need:]
+        self._hold(errors[:need], keys[:need])
+        first = self._close(
+            self._pending_sum + float(errors[:need].sum()), size, *self._take_pending()
+        )
+        beats = [first]
+        rest, rest_keys = errors[need:], keys[need:]
         full = rest.size // size
-        if full:
-            sums = rest[: full * size].reshape(full, size).sum(axis=1)
-            beats.extend(self._close(float(total), size) for total in sums)
-        tail = rest[full * size :]
-        self._pending_sum, self._pending_count = float(tail.sum()), int(tail.size)
+        for group in range(full):
+            span = slice(group * size, (group + 1) * size)
+            beats.append(self._close(float(rest[span].sum()), size, rest[span], rest_keys[span]))
+        tail = slice(full * size, None)
+        self._pending_sum, self._pending_count = float(rest[tail].sum()), int(rest[tail].size)
+        self._hold(rest[tail], rest_keys[tail])
         return beats
 
-    def _close(self, total: float, events: int) -> Heartbeat:
+    def _hold(self, errors: np.ndarray, keys: np.ndarray) -> None:
+        if errors.size:
+            self._pending_errors.append(errors)
+            self._pending_keys.append(keys)
+
+    def _take_pending(self) -> tuple[np.ndarray, np.ndarray]:
+        if not self._pending_errors:
+            return np.empty(0), np.empty(0, dtype=np.uint16)
+        pending = np.concatenate(self._pending_errors), np.concatenate(self._pending_keys)
+        self._pending_errors, self._pending_keys = [], []
+        return pending
+
+    def _close(self, total: float, events: int, errors: np.ndarray, keys: np.ndarray) -> Heartbeat:
         self._events_seen += events
         beat = Heartbeat(
             index=self._index,
             events=events,
             events_seen=self._events_seen,
             rmse=math.sqrt(total / events),
+            squared_errors=errors,
+            user_keys=keys,
         )
         self._index += 1
         self._last_close = self.clock()
@@ -227,3 +271,14 @@ def _positive_finite(value: object) -> bool:
         and math.isfinite(value)
         and value > 0
     )
+
+
+def user_key(user_id: str) -> int:
+    """A stable 16-bit key of ``user_id`` (the same in every process, unlike ``hash``).
+
+    Examples
+    --------
+    >>> user_key("u1") == user_key("u1"), 0 <= user_key("u1") < 2**16
+    (True, True)
+    """
+    return zlib.crc32(user_id.encode("utf-8")) & 0xFFFF

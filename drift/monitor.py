@@ -21,7 +21,7 @@ from river.drift import ADWIN
 from drift.base import DriftDetector
 from drift.heartbeat import Heartbeat
 
-__all__ = ["DriftAlert", "DriftMonitor"]
+__all__ = ["DriftAlert", "DriftMonitor", "split_means"]
 
 # Heartbeats remembered for locating a change inside ADWIN's window. ADWIN's own window
 # is unbounded while the stream is stationary; at 500 events per heartbeat this is 25M
@@ -235,7 +235,7 @@ class DriftMonitor(DriftDetector):
             return None
         self._changes += 1
         values = np.fromiter(self._window, float)
-        before, after, split = _split_means(values, self.min_heartbeats)
+        before, after, split = split_means(values, self.min_heartbeats)
         if after <= before or after < before * (1.0 + self.min_relative_drop):
             return None
         self._drift_detected = True
@@ -251,7 +251,7 @@ class DriftMonitor(DriftDetector):
         )
 
 
-def _split_means(values: np.ndarray, min_length: int) -> tuple[float, float, int]:
+def split_means(values: np.ndarray, min_length: int) -> tuple[float, float, int]:
     """Means of the two segments of ``values`` that best explain a change in level.
 
     river's ADWIN reports *that* its window changed, not where, and it drops only the

@@ -102,7 +102,10 @@ class Settings(BaseSettings):
         None, gt=0, description="Events per second one key may ingest (none: unlimited)."
     )
     ingest_burst_events: int | None = Field(
-        None, ge=1, description="Events a key may ingest at once (default: one second's worth)."
+        None,
+        ge=1,
+        description="Events a key may ingest at once (default: one second's worth, at least "
+        "MAX_BATCH_EVENTS).",
     )
     recommend_rate: float | None = Field(
         None, gt=0, description="GET /recommend requests per second per key (none: unlimited)."
@@ -124,7 +127,7 @@ class Settings(BaseSettings):
     heartbeat_events: int = Field(500, ge=1)
     heartbeat_seconds: float | None = Field(None, gt=0)
     drift_detector: str = Field(
-        "adwin-heartbeat", description="Which drift detector: a name in drift.DETECTORS."
+        "adwin-event", description="Which drift detector: a name in drift.DETECTORS."
     )
     adwin_delta: float = Field(0.002, gt=0, lt=1)
     min_relative_drop: float = Field(0.1, ge=0)

@@ -25,6 +25,7 @@ from drift import (
     HeartbeatAggregator,
     PrequentialTracker,
     make_detector,
+    user_key,
 )
 from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
@@ -89,6 +90,7 @@ class Pipeline:
             delta=settings.adwin_delta,
             min_relative_drop=settings.min_relative_drop,
             min_heartbeats=settings.min_heartbeats,
+            rating_range=(settings.rating_min, settings.rating_max),
         )
         self.policy: TriggerPolicy = POLICIES[settings.retrain_policy](
             bootstrap_events=settings.bootstrap_events, refresh_events=settings.refresh_events
@@ -174,7 +176,8 @@ class Pipeline:
         self.tracker.record("driftline", ratings, predicted)
         self.tracker.record("static", ratings, static)
         self._static_pending = np.concatenate([self._static_pending, (ratings - static) ** 2])
-        heartbeats = self.aggregator.add((ratings - predicted) ** 2)
+        keys = np.fromiter((user_key(user) for user in users), dtype=np.uint16, count=len(users))
+        heartbeats = self.aggregator.add((ratings - predicted) ** 2, keys)
         self.labelled_seen += len(labelled)
         self.metrics.labelled_events.inc(len(labelled))
         return self._record_heartbeats(heartbeats)
@@ -355,7 +358,7 @@ class Pipeline:
             self._seen_at_swap = self.labelled_seen
             if self.static is None:
                 self.static = loaded.model
-            self.monitor.reset()
+            self.monitor.on_swap()
         self.swap_seconds += time.perf_counter() - began
         self.metrics.model_swaps.inc()
         log.info("serving model %s", loaded.version)

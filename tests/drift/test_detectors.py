@@ -76,4 +76,4 @@ def test_state_resumes_through_json_at_every_point(detector: DriftDetector) -> N
 
 def test_an_unknown_detector_is_refused_naming_the_choices() -> None:
     with pytest.raises(ValueError, match="adwin-heartbeat"):
-        drift.make_detector("page-hinkley", delta=0.1, min_relative_drop=0.1, min_heartbeats=5)
+        drift.make_detector("no-such-detector", delta=0.1, min_relative_drop=0.1, min_heartbeats=5)

@@ -18,7 +18,7 @@ import pytest
 from sqlalchemy import delete
 
 import drift
-from drift import DriftMonitor
+from drift.detectors import adwin_heartbeat
 from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import list_alerts, list_heartbeats
@@ -31,7 +31,9 @@ from tests.support.synthetic import planted_drift_stream
 BATCH = 250
 HEARTBEAT = 25
 DRIFT_AT = 10_000
-STOP_AT = DRIFT_AT + 250  # ten heartbeats into the drift, long before it is confirmed
+# Where each detector is stopped: inside the drift, before it confirms it (the event
+# detector confirms within a few hundred events, the heartbeat one after many heartbeats).
+STOP_AT = {"adwin-heartbeat": DRIFT_AT + 250, "adwin-event": DRIFT_AT + 50}
 
 
 @pytest.fixture(scope="module")
@@ -72,6 +74,7 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
             "factors": 8,
             "max_epochs": 15,
             "retrain_runtime": "inprocess",
+            "drift_detector": "adwin-heartbeat",
         }
         settings = Settings(**{**values, **overrides})
         pipeline = build_pipeline(settings, background_retrain=False)
@@ -101,24 +104,26 @@ def _crash(pipeline: Pipeline) -> None:
     pipeline.db.dispose()
 
 
+@pytest.mark.parametrize("detector", sorted(STOP_AT))
 def test_a_pipeline_restarted_mid_drift_raises_the_alert_where_an_uninterrupted_one_does(
-    make_pipeline: Callable[[str], Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent], detector: str
 ) -> None:
-    uninterrupted = make_pipeline("uninterrupted")
+    stop_at = STOP_AT[detector]
+    uninterrupted = make_pipeline("uninterrupted", drift_detector=detector)
     _ingest(uninterrupted, events)
     expected = _alerts(uninterrupted)
-    assert expected and expected[0] > STOP_AT
+    assert expected and expected[0] > stop_at
 
     for name, keep_state in (("restored", True), ("forgetful", False)):
-        before = make_pipeline(name)
-        _ingest(before, events[:STOP_AT])
+        before = make_pipeline(name, drift_detector=detector)
+        _ingest(before, events[:stop_at])
         assert _alerts(before) == []
         _crash(before)
         if not keep_state:
             with before.db.begin() as conn:
                 conn.execute(delete(monitor_state))
-        after = make_pipeline(name)
-        _ingest(after, events[STOP_AT:])
+        after = make_pipeline(name, drift_detector=detector)
+        _ingest(after, events[stop_at:])
         if keep_state:
             first = _alerts(after)
             assert first, "no alert after the restart"
@@ -162,7 +167,7 @@ def test_a_snapshot_that_does_not_fit_the_settings_is_ignored(
     changed: dict[str, Any],
 ) -> None:
     # A second registry entry: the setting alone picks it, nothing else names it.
-    monkeypatch.setitem(drift.DETECTORS, "adwin-copy", DriftMonitor)
+    monkeypatch.setitem(drift.DETECTORS, "adwin-copy", adwin_heartbeat)
     first = make_pipeline("data")
     _ingest(first, events[:1_520], batch=190)  # 20 errors pending of a heartbeat of 25
     assert first.monitor.state()["heartbeats"] and first.aggregator.pending_events == 20
