@@ -7,14 +7,23 @@ import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi import Depends, FastAPI, Request
+from fastapi.exception_handlers import http_exception_handler
+from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from functions.objectstore import open_object_store
-from service.api.routes import dashboard, drift, health, ingest, jobs, models, recommend
+from service.api.access import Access, Refused, authorize
+from service.api.hardening import Hardening
+from service.api.limits import limits_from
+from service.api.openapi import document_access
+from service.api.routes import dashboard, drift, health, ingest, jobs, keys, models, recommend
 from service.api.timing import RequestTimer
+from service.auth.keys import KeyRing
+from service.auth.sessions import Sessions
 from service.ingest.kafka import EventConsumer
 from service.metrics import Metrics
 from service.serving.registry import ModelRegistry
@@ -62,9 +71,12 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.settings = settings
         app.state.pipeline = pipeline
         app.state.consumer = start_consumer(pipeline) if settings.kafka_bootstrap else None
+        app.state.access = access_for(settings, pipeline)
+        app.state.access.ring.start()
         pipeline.start_following(settings.registry_poll_seconds)
         yield
         pipeline.stop_following()
+        app.state.access.ring.stop()
         if app.state.consumer is not None:
             app.state.consumer.stop()
             app.state.consumer_thread.join(timeout=30)
@@ -82,12 +94,28 @@ def create_app(settings: Settings) -> FastAPI:
         return consumer
 
     metrics = Metrics()
-    app = FastAPI(title="Driftline", version="0.1.0", lifespan=lifespan)
+    app = FastAPI(
+        title="Driftline",
+        version="0.1.0",
+        lifespan=lifespan,
+        dependencies=[Depends(authorize)],  # every route: see service.api.access
+    )
     app.state.metrics = metrics
-    for module in (ingest, recommend, drift, models, jobs, health, dashboard):
+    app.state.limits = limits_from(settings)
+    for module in (ingest, recommend, drift, models, jobs, health, dashboard, keys):
         app.include_router(module.router)
     app.add_middleware(RequestTimer, histogram=metrics.request_seconds)
-    _document_raw_bodies(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=list(settings.cors_origins),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type"],
+            max_age=600,
+        )
+    app.add_middleware(Hardening, trusted_hosts=settings.trusted_hosts)
+    _document_raw_bodies(app, settings)
+    app.add_exception_handler(Refused, _refused)
 
     async def database_unavailable(request: Request, exc: Exception) -> JSONResponse:
         if not is_unavailable(exc):
@@ -118,7 +146,30 @@ def create_app(settings: Settings) -> FastAPI:
     return app
 
 
-def _document_raw_bodies(app: FastAPI) -> None:
+def access_for(settings: Settings, pipeline: Pipeline) -> Access:
+    """The key ring (loaded now), the session issuer and the open paths."""
+    secret = settings.session_secret
+    return Access(
+        KeyRing(pipeline.db, settings.key_refresh_seconds),
+        Sessions(
+            secret.get_secret_value().encode() if secret else None,
+            settings.session_hours * 3600,
+        ),
+        frozenset(settings.public_paths),
+    )
+
+
+async def _refused(request: Request, exc: Exception) -> Response:
+    """A 401 of an HTML route is its sign-in page; every other refusal stays JSON."""
+    assert isinstance(exc, Refused)
+    route = request.scope.get("route")
+    html = isinstance(route, APIRoute) and route.response_class is HTMLResponse
+    if exc.status_code == 401 and request.method == "GET" and html:
+        return HTMLResponse(dashboard.sign_in_page(), status_code=401, headers=exc.headers)
+    return await http_exception_handler(request, exc)
+
+
+def _document_raw_bodies(app: FastAPI, settings: Settings) -> None:
     """Put the models of bodies routes read raw (``/ingest``) into the OpenAPI schema.
 
     Such a route names its body schema by reference in ``openapi_extra``; FastAPI only
@@ -135,6 +186,7 @@ def _document_raw_bodies(app: FastAPI) -> None:
             body = model.model_json_schema(ref_template="#/components/schemas/{model}")
             components.update(body.pop("$defs", {}))
             components[model.__name__] = body
+        document_access(schema, settings)
         app.openapi_schema = schema
         return schema
 

@@ -1,4 +1,4 @@
-"""The server's ``driftline`` commands: ``serve`` and ``consume``.
+"""The server's ``driftline`` commands: ``serve``, ``consume`` and ``keys``.
 
 Every setting is a flag. The flags are generated from ``Settings``' fields (name in
 kebab case, the field's description as help), so a new setting is on the command line
@@ -9,6 +9,7 @@ default. ``none`` clears a setting that may be empty (``--refresh-events none``)
 from __future__ import annotations
 
 import inspect
+import ipaddress
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 import typer
 from pydantic import ValidationError
 
+from service.keys_cli import app as keys_app
 from service.settings import Settings
 
 app = typer.Typer(help="Driftline: streaming continual learning for recommendations.")
@@ -116,6 +118,65 @@ def _configure_logging(settings: Settings) -> None:
     logging.getLogger("kafka").setLevel(logging.ERROR)  # our consumer logs what matters
 
 
+def is_loopback(host: str) -> bool:
+    """Whether binding ``host`` keeps the service to this machine.
+
+    Examples
+    --------
+    >>> [is_loopback(h) for h in ("127.0.0.1", "::1", "localhost", "0.0.0.0", "10.0.0.5")]
+    [True, True, True, False, False]
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve to anything
+
+
+def _check_exposure(settings: Settings) -> None:
+    """Refuse to serve beyond loopback with no API key, unless told ``--insecure``.
+
+    Without a key every route is open; on loopback only this machine's users can reach
+    it, on any other address anyone on the network could ingest, read and start paid
+    retraining jobs.
+    """
+    if is_loopback(settings.host):
+        return
+    from service.store import Database
+    from service.store.keys import any_key_exists
+
+    db = Database(settings.resolved_database_url)
+    try:
+        with db.connect() as conn:
+            keyed = any_key_exists(conn)
+    finally:
+        db.dispose()
+    if keyed:
+        if set(settings.trusted_hosts) <= {"127.0.0.1", "localhost", "::1"}:
+            logging.getLogger(__name__).warning(
+                "serving on %s but TRUSTED_HOSTS holds only loopback names: clients that "
+                "reach this service by another name are answered 400",
+                settings.host,
+            )
+        return
+    if settings.insecure:
+        logging.getLogger(__name__).warning(
+            "serving on %s with no API key (--insecure): anyone who can reach it can "
+            "ingest, read and start retraining jobs",
+            settings.host,
+        )
+        return
+    typer.echo(
+        f"refusing to serve on {settings.host} without API keys: anyone who can reach "
+        "that address could ingest events, read recommendations and start paid "
+        "retraining jobs. Create a key first (driftline keys create admin --scope admin), "
+        "bind to 127.0.0.1, or pass --insecure to serve openly anyway.",
+        err=True,
+    )
+    raise typer.Exit(2)
+
+
 def serve(settings: Settings) -> None:
     """Run the service (embedded default: SQLite and file:// under --data-dir)."""
     import uvicorn
@@ -123,6 +184,7 @@ def serve(settings: Settings) -> None:
     from service.app import create_app
 
     _configure_logging(settings)
+    _check_exposure(settings)
     uvicorn.run(
         create_app(settings),
         host=settings.host,
@@ -157,6 +219,7 @@ def consume(settings: Settings) -> None:
 
 app.command("serve")(with_settings_flags(serve))
 app.command("consume")(with_settings_flags(consume))
+app.add_typer(keys_app, name="keys")
 
 
 if __name__ == "__main__":

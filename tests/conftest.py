@@ -28,6 +28,13 @@ def pytest_report_header(config: pytest.Config) -> str:
     return f"databases: sqlite and postgresql ({shown}, one schema per test)"
 
 
+@pytest.fixture(autouse=True)
+def _testclient_host_is_trusted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Starlette's ``TestClient`` calls the app as ``Host: testserver``; trust it beside
+    the default loopback names (tests of ``TRUSTED_HOSTS`` pass their own)."""
+    monkeypatch.setenv("DRIFTLINE_TRUSTED_HOSTS", "127.0.0.1,localhost,::1,testserver")
+
+
 @pytest.fixture
 def postgresql_url() -> Iterator[str]:
     """A URL selecting a fresh schema on the configured PostgreSQL; skips when none is."""

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator
 
+from service.auth.keys import KEY_NAME_PATTERN
+from service.auth.scopes import SCOPES, checked
 from service.ingest.validation import EventIn as EventIn  # the request schema of POST /ingest
 
 #: The largest count a query parameter takes: what a signed 64-bit database integer
@@ -171,6 +173,51 @@ class RetrainAccepted(BaseModel):
     status: str
 
 
+#: The scopes ``POST /keys`` takes, listed in its schema.
+_SCOPE_ENUM: dict[str, Any] = {"items": {"enum": sorted(SCOPES)}}
+
+
+class ApiKeyIn(BaseModel):
+    """``POST /keys``: a name and one or more scopes (``ingest``, ``read``, ``admin``)."""
+
+    model_config = {"extra": "forbid"}
+
+    name: str = Field(pattern=KEY_NAME_PATTERN)
+    scopes: list[str] = Field(min_length=1, max_length=len(SCOPES), json_schema_extra=_SCOPE_ENUM)
+
+    @field_validator("scopes")
+    @classmethod
+    def _known(cls, scopes: list[str]) -> list[str]:
+        return checked(scopes)
+
+
+class ApiKeyPublic(BaseModel):
+    """A key as listed: never its secret or hash."""
+
+    name: str
+    key_id: str = Field(description="The public part of the key (dlk_<key_id>_...).")
+    scopes: list[str]
+    created_at: float
+    last_used_at: float | None
+
+
+class ApiKeysPublic(BaseModel):
+    keys: list[ApiKeyPublic]
+
+
+class ApiKeyCreated(BaseModel):
+    """The new key: shown in this answer only; the service keeps a hash."""
+
+    name: str
+    scopes: list[str]
+    key: str
+
+
+class ApiKeyRevoked(BaseModel):
+    name: str
+    revoked: bool
+
+
 def answers(*codes: int) -> dict[int | str, dict[str, Any]]:
     """OpenAPI ``responses`` for the refusals a route can give, each with its meaning."""
     return {code: {"model": ErrorPublic, "description": _MEANINGS[code]} for code in codes}
@@ -180,9 +227,12 @@ _MEANINGS = {
     400: "The body is not valid JSON (or nests deeper, or holds numbers larger, than JSON "
     "parsers accept).",
     404: "No such resource.",
+    401: "No API key, or a wrong or revoked one (see WWW-Authenticate).",
+    403: "The key lacks the scope this route needs (or a session request its CSRF token).",
     409: "Conflicts with the current state (a job is running, nothing is stored).",
     413: "The body or the batch is too large.",
     415: "The body is not application/json.",
     422: "The request is well-formed but invalid; the detail names each problem.",
+    429: "Over this key's rate limit or item cap; retry after Retry-After seconds.",
     503: "The database is unreachable; retry later.",
 }

@@ -158,3 +158,18 @@ dead_letters = Table(
     Column("error", Text, nullable=False),
     Column("received_at", Float, nullable=False),
 )
+
+# Revoked keys stay (``revoked_at`` set): once any key has existed the service keeps
+# asking for one, and a revoked key's name can be reused by a new key.
+api_keys = Table(
+    "api_keys",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, index=True),
+    Column("key_id", String(32), nullable=False, unique=True),
+    Column("secret_hash", String(64), nullable=False),
+    Column("scopes", JSON, nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("last_used_at", Float, nullable=True),
+    Column("revoked_at", Float, nullable=True),
+)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from html import escape
 
-from fastapi import APIRouter
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, Request
+from fastapi.responses import HTMLResponse, RedirectResponse, Response
 
+from service.api.access import Access, PrincipalDep, read_form
 from service.api.deps import PipelineDep
 from service.api.schemas import answers
+from service.auth.sessions import COOKIE, CSRF_FIELD
 from service.store.alerts import list_alerts
 from service.store.jobs import list_jobs
 
@@ -62,8 +64,98 @@ def _chart(points: list[dict], width: int = 800, height: int = 220) -> str:
     )
 
 
+def sign_in_page(message: str = "") -> str:
+    """The form an operator signs in with: an API key with the ``read`` scope."""
+    notice = f"<p><b>{escape(message)}</b></p>" if message else ""
+    return (
+        f"<!doctype html><html><head><title>Driftline: sign in</title><style>{_STYLE}"
+        "</style></head><body><h1>Driftline</h1>"
+        f"{notice}<p>Sign in with an API key that has the <code>read</code> scope "
+        "(<code>driftline keys create NAME --scope read</code>).</p>"
+        '<form method="post" action="/dashboard/sign-in">'
+        '<input type="password" name="key" autocomplete="off" size="60" required> '
+        '<button type="submit">Sign in</button></form></body></html>'
+    )
+
+
+def _sign_out_form(request: Request, principal: PrincipalDep) -> str:
+    """A sign-out button carrying the session's CSRF token, for a signed-in browser."""
+    if principal.session is None:
+        return ""
+    token = request.app.state.access.sessions.csrf_token(principal.session)
+    return (
+        '<form method="post" action="/dashboard/sign-out">'
+        f'<input type="hidden" name="{CSRF_FIELD}" value="{escape(token)}">'
+        f"Signed in as <b>{escape(principal.name)}</b> "
+        '<button type="submit">Sign out</button></form>'
+    )
+
+
+_FORM_BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/x-www-form-urlencoded": {
+                "schema": {"type": "object", "properties": {"key": {"type": "string"}}}
+            }
+        },
+    }
+}
+_HTML_401 = {
+    "description": "The sign-in page, saying the key was refused.",
+    "content": {"text/html": {"schema": {"type": "string"}}},
+}
+
+
+@router.post(
+    "/dashboard/sign-in",
+    response_class=HTMLResponse,
+    status_code=303,
+    responses={
+        303: {"description": "Signed in: the session cookie is set; go to the dashboard."},
+        401: _HTML_401,
+        **answers(400, 413),
+    },
+    openapi_extra=_FORM_BODY,
+)
+async def sign_in(request: Request) -> Response:
+    """Exchange a key (form field ``key``) for an HttpOnly, SameSite=Strict session."""
+    access: Access = request.app.state.access
+    snapshot = access.ring.snapshot
+    if not snapshot.enforced:
+        return RedirectResponse("/dashboard", status_code=303)  # open: nothing to sign in to
+    entry = snapshot.match((await read_form(request)).get("key", "").strip())
+    if entry is None or "read" not in entry.rights:
+        page = sign_in_page("That key is wrong, revoked, or lacks the read scope.")
+        return HTMLResponse(page, status_code=401)
+    answer = RedirectResponse("/dashboard", status_code=303)
+    answer.set_cookie(
+        COOKIE,
+        access.sessions.issue(entry),
+        max_age=int(access.sessions.lifetime_seconds),
+        path="/",
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+    )
+    return answer
+
+
+@router.post(
+    "/dashboard/sign-out",
+    response_class=HTMLResponse,
+    status_code=303,
+    responses={303: {"description": "Signed out: the session cookie is cleared."}},
+)
+async def sign_out() -> Response:
+    """End the browser's session (a state-changing action: it needs the CSRF token)."""
+    answer = RedirectResponse("/dashboard", status_code=303)
+    answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
+    return answer
+
+
 @router.get("/dashboard", response_class=HTMLResponse, responses=answers(503))
-def dashboard(pipeline: PipelineDep) -> str:
+def dashboard(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
     with pipeline.db.connect() as conn:
         alerts = list_alerts(conn, 50)
         jobs = list_jobs(conn, 50)
@@ -71,7 +163,8 @@ def dashboard(pipeline: PipelineDep) -> str:
     summary = pipeline.tracker.summary()
     return (
         f"<!doctype html><html><head><title>Driftline</title><style>{_STYLE}</style></head>"
-        f"<body><h1>Driftline</h1><p>Serving model <b>{escape(str(pipeline.serving.version))}"
+        f"<body><h1>Driftline</h1>{_sign_out_form(request, principal)}"
+        f"<p>Serving model <b>{escape(str(pipeline.serving.version))}"
         f"</b>; {pipeline.labelled_seen} labelled events evaluated.</p>"
         f"<h2>Live accuracy</h2>{_chart(beats)}"
         + _table(

@@ -17,6 +17,7 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import PipelineDep, SettingsDep
+from service.api.limits import Limited, Limits
 from service.api.schemas import IngestBatch, IngestResult, answers
 from service.ingest.validation import parse_event
 from service.settings import Settings
@@ -121,7 +122,7 @@ def validate_events(raw_events: list[Any], settings: Settings) -> list[NewEvent]
 @router.post(
     "/ingest",
     response_model=IngestResult,
-    responses=answers(400, 413, 415, 422, 503),
+    responses=answers(400, 413, 415, 422, 429, 503),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -133,14 +134,25 @@ def validate_events(raw_events: list[Any], settings: Settings) -> list[NewEvent]
 )
 async def ingest(request: Request, pipeline: PipelineDep, settings: SettingsDep) -> IngestResult:
     """Store a batch of events atomically, then evaluate and learn from them."""
+    principal = request.state.principal.name
+    limits: Limits = request.app.state.limits
     try:
         _require_json(request)
         body = await _read_body(request, settings.max_body_bytes)
         events = validate_events(_events_list(body, settings), settings)
-    except Rejected as exc:
+        if limits.ingest is not None:
+            limits.ingest.take(principal, len(events))
+        if limits.item_cap is not None:
+            limits.item_cap.take(principal, [event.item_id for event in events])
+    except (Rejected, Limited) as exc:
         pipeline.metrics.ingest_rejected.labels(reason=exc.reason).inc()
         raise
-    outcome = await run_in_threadpool(pipeline.ingest, events)
+    try:
+        outcome = await run_in_threadpool(pipeline.ingest, events)
+    except Exception:
+        if limits.item_cap is not None:  # nothing was stored: the batch may be retried
+            limits.item_cap.give_back(principal, [event.item_id for event in events])
+        raise
     return IngestResult(accepted=outcome.accepted, duplicates=outcome.duplicates)
 
 
