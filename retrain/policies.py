@@ -66,6 +66,33 @@ class AdwinPolicy(TriggerPolicy):
         return None
 
 
+@dataclass(frozen=True)
+class NeverPolicy(TriggerPolicy):
+    """Train a first model after the warm-up and never again: the online fold-in alone
+    follows the stream. The yardstick a retraining policy has to beat.
+
+    Examples
+    --------
+    >>> policy = NeverPolicy(bootstrap_events=100)
+    >>> policy.on_progress(100, since_version=None), policy.on_progress(10**6, since_version=10**6)
+    ('bootstrap', None)
+    >>> policy.on_alert() is None
+    True
+    """
+
+    bootstrap_events: int = 1000
+    refresh_events: int | None = None
+    name: str = "never"
+
+    def on_alert(self) -> str | None:
+        return None
+
+    def on_progress(self, labelled_seen: int, since_version: int | None) -> str | None:
+        if since_version is None and labelled_seen >= self.bootstrap_events:
+            return "bootstrap"
+        return None
+
+
 #: Trigger policies by name (``RETRAIN_POLICY``); each is built with the settings'
 #: ``bootstrap_events`` and ``refresh_events``.
-POLICIES: dict[str, Callable[..., TriggerPolicy]] = {"adwin": AdwinPolicy}
+POLICIES: dict[str, Callable[..., TriggerPolicy]] = {"adwin": AdwinPolicy, "never": NeverPolicy}

@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.bench.drift import run_drift
 from benchmarks.bench.ingest import run_ingest
 from benchmarks.bench.memory import run_memory
 from benchmarks.bench.prequential import run_prequential
@@ -13,6 +14,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "ingest": run_ingest,
     "sync": run_sync,
     "memory": run_memory,
+    "drift": run_drift,
 }
 
 __all__ = ["BENCHMARKS"]
