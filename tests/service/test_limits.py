@@ -1,0 +1,93 @@
+"""Abuse limits: 429 with Retry-After per key, and the per-key item cap."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from fastapi.testclient import TestClient
+
+from service.app import create_app
+from service.auth.keys import create_key
+from service.settings import Settings
+from service.store import Database
+
+
+def _keyed_client(tmp_path: Path, names: list[str], **values: object) -> tuple[TestClient, dict]:
+    settings = Settings(data_dir=tmp_path / "data", **values)
+    db = Database(settings.resolved_database_url)
+    headers = {
+        name: {"Authorization": f"Bearer {create_key(db, name, ['admin']).token}"} for name in names
+    }
+    db.dispose()
+    return TestClient(create_app(settings)), headers
+
+
+@pytest.fixture
+def limited(tmp_path: Path) -> Iterator[tuple[TestClient, dict]]:
+    client, headers = _keyed_client(
+        tmp_path,
+        ["one", "two"],
+        recommend_rate=0.01,
+        recommend_burst=3,
+        ingest_rate_events=0.01,
+        ingest_burst_events=10,
+        max_batch_events=10,
+    )
+    with client:
+        yield client, headers
+
+
+def _events(n: int, item: str = "i") -> dict:
+    return {"events": [{"user_id": f"u{k}", "item_id": f"{item}{k}"} for k in range(n)]}
+
+
+def test_recommend_requests_past_the_burst_get_429_with_retry_after(limited: tuple) -> None:
+    client, headers = limited
+    answers = [client.get("/recommend?user_id=u", headers=headers["one"]) for _ in range(4)]
+    assert [a.status_code for a in answers] == [200, 200, 200, 429]
+    assert int(answers[-1].headers["retry-after"]) >= 1
+    assert "requests/s" in answers[-1].json()["detail"]
+    # Another key has a bucket of its own.
+    assert client.get("/recommend?user_id=u", headers=headers["two"]).status_code == 200
+
+
+def test_ingest_counts_events_not_requests(limited: tuple) -> None:
+    client, headers = limited
+    assert client.post("/ingest", json=_events(8), headers=headers["one"]).status_code == 200
+    over = client.post("/ingest", json=_events(3, "j"), headers=headers["one"])
+    assert over.status_code == 429
+    assert "events/s" in over.json()["detail"] and over.headers["retry-after"]
+    assert client.post("/ingest", json=_events(2, "k"), headers=headers["one"]).status_code == 200
+    assert client.get("/healthz").json()["events_stored"] == 10  # the refused batch: none
+    metrics = client.get("/metrics").text
+    assert 'driftline_ingest_rejected_total{reason="rate_limited"} 1.0' in metrics
+
+
+def test_open_loopback_use_is_limited_per_address(tmp_path: Path) -> None:
+    settings = Settings(data_dir=tmp_path / "data", recommend_rate=0.01, recommend_burst=2)
+    with TestClient(create_app(settings)) as client:
+        codes = [client.get("/recommend?user_id=u").status_code for _ in range(3)]
+    assert codes == [200, 200, 429]
+
+
+def test_the_item_cap_holds_one_key_to_a_few_events_per_item(tmp_path: Path) -> None:
+    client, headers = _keyed_client(tmp_path, ["attacker", "other"], ingest_item_cap=3)
+    pushed = {
+        "events": [
+            {"user_id": f"sock{k}", "item_id": "<script>alert(1)</script>", "rating": 5.0}
+            for k in range(12)
+        ]
+    }
+    with client:
+        answer = client.post("/ingest", json=pushed, headers=headers["attacker"])
+        assert answer.status_code == 429
+        assert "at most 3 events per item" in answer.json()["detail"]
+        assert int(answer.headers["retry-after"]) >= 1
+        three = {"events": pushed["events"][:3]}
+        assert client.post("/ingest", json=three, headers=headers["attacker"]).status_code == 200
+        one_more = {"events": pushed["events"][3:4]}
+        assert client.post("/ingest", json=one_more, headers=headers["attacker"]).status_code == 429
+        assert client.post("/ingest", json=one_more, headers=headers["other"]).status_code == 200
+        assert client.get("/healthz").json()["events_stored"] == 4
