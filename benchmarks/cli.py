@@ -116,6 +116,10 @@ def replay(
         float | None, typer.Option(help="Events per second of the constant trace (1000).")
     ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
+    api_key: Annotated[
+        str | None,
+        typer.Option(help="Key with the ingest scope (--to http).", envvar="DRIFTLINE_API_KEY"),
+    ] = None,
 ) -> None:
     """Replay a ratings file to HTTP or Kafka at the pace of an arrival-rate trace."""
     from benchmarks.replay import ReplayConfig, ReplayError, run_replay
@@ -127,6 +131,7 @@ def replay(
             trace=trace,
             speed=speed,
             url=url,
+            api_key=api_key,
             bootstrap=bootstrap,
             topic=topic,
             limit=limit,

@@ -114,6 +114,23 @@ def top10_table(client: httpx.Client, user: str) -> Table:
     return table
 
 
+def demo_key(data_dir: Path) -> str:
+    """An admin key for the demo's own service, created before it starts.
+
+    The demo runs the service as users do, with access control on: every request the
+    demo makes carries this key.
+    """
+    from service.auth.keys import create_key
+    from service.settings import Settings
+    from service.store import Database
+
+    db = Database(Settings(data_dir=data_dir).resolved_database_url)
+    try:
+        return create_key(db, "demo", ["admin"]).token
+    finally:
+        db.dispose()
+
+
 def run_demo(
     limit: int | None = None, batch_size: int = 500, user: str | None = None, kafka: bool = False
 ) -> None:
@@ -128,9 +145,12 @@ def run_demo(
             console.print(f"Kafka-protocol broker at {broker.bootstrap}, topic 'events'")
             env["DRIFTLINE_KAFKA_BOOTSTRAP"] = broker.bootstrap
         console.print(f"Starting driftline serve with data in {tmp} …")
+        key = demo_key(tmp)
         server = stack.enter_context(ServerProcess(tmp, env=env))
-        client = stack.enter_context(httpx.Client(base_url=server.url, timeout=120))
+        auth = {"Authorization": f"Bearer {key}"}
+        client = stack.enter_context(httpx.Client(base_url=server.url, timeout=120, headers=auth))
         console.print(f"Service at {server.url} (dashboard: {server.url}/dashboard)")
+        console.print(f"API key of this demo (admin; sign in to the dashboard with it): {key}")
         if kafka:
             replay_kafka(client, broker.bootstrap, stream, batch_size, river)
         else:

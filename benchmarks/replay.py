@@ -69,6 +69,8 @@ class ReplayConfig:
     ``lag_tolerance_s`` is how late an event may be delivered (after its due time) before
     the summary says the target did not keep up; ``connect_timeout_s`` bounds reaching the
     target (and Kafka's metadata waits), ``timeout_s`` each request and the final flush.
+    ``api_key`` is sent as ``Authorization: Bearer`` with every HTTP request (a key with
+    the ``ingest`` scope; none for a service without keys).
     """
 
     to: str
@@ -76,6 +78,7 @@ class ReplayConfig:
     trace: str
     speed: float = 1.0
     url: str = "http://127.0.0.1:8000"
+    api_key: str | None = None
     bootstrap: str = "127.0.0.1:9092"
     topic: str = "events"
     limit: int | None = None
@@ -194,7 +197,8 @@ class HttpSink:
         self.url = config.url.rstrip("/")
         self.accepted: int | None = 0
         self.duplicates: int | None = 0
-        self._client = httpx.Client(base_url=self.url, timeout=config.timeout_s)
+        auth = {"Authorization": f"Bearer {config.api_key}"} if config.api_key else {}
+        self._client = httpx.Client(base_url=self.url, timeout=config.timeout_s, headers=auth)
         try:
             self._client.get("/healthz", timeout=config.connect_timeout_s)
         except httpx.HTTPError as exc:

@@ -104,7 +104,7 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.limits = limits_from(settings)
     for module in (ingest, recommend, drift, models, jobs, health, dashboard, keys):
         app.include_router(module.router)
-    app.add_middleware(RequestTimer, histogram=metrics.request_seconds)
+    app.add_middleware(RequestTimer, histogram=metrics.request_seconds, responses=metrics.responses)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

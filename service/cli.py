@@ -204,6 +204,11 @@ def consume(settings: Settings) -> None:
         raise typer.BadParameter("--kafka-bootstrap (or DRIFTLINE_KAFKA_BOOTSTRAP) is required")
     _configure_logging(settings)
     pipeline = build_pipeline(settings)
+    if settings.metrics_port is not None:
+        from prometheus_client import start_http_server
+
+        # Consumer lag and ingestion counters for Prometheus; read-only, no key needed.
+        start_http_server(settings.metrics_port, settings.host, registry=pipeline.metrics.registry)
     pipeline.start_following(settings.registry_poll_seconds)
     consumer = consumer_for(pipeline)
     signal.signal(signal.SIGTERM, lambda *_: consumer.stop())

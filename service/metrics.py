@@ -55,6 +55,18 @@ class Metrics:
         self.request_seconds = Histogram(
             "driftline_request_seconds", "Request latency.", ["route"], registry=r
         )
+        self.responses = Counter(
+            "driftline_responses",
+            "Answers by route template and status class (2xx, 4xx, 5xx).",
+            ["route", "status"],
+            registry=r,
+        )
+        self.retrain_stops = Counter(
+            "driftline_retrain_stops",
+            "Retraining jobs that published, by why they stopped (converged, budget, ...).",
+            ["reason"],
+            registry=r,
+        )
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

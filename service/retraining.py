@@ -112,6 +112,7 @@ class StoreJobRecorder:
             **bill,
         )
         self.metrics.retrain_jobs.labels(status="succeeded").inc()
+        self.metrics.retrain_stops.labels(reason=stop_reason).inc()
 
     def failed(self, job_id: int, error: str) -> None:
         self._update(job_id, status="failed", error=error, finished_at=time.time())

@@ -47,6 +47,15 @@ class Settings(BaseSettings):
     kafka_topic: str = "events"
     kafka_replica: int = Field(0, ge=0)
     kafka_replicas: int = Field(1, ge=1)
+    metrics_port: int | None = Field(
+        None,
+        ge=1,
+        le=65535,
+        description=(
+            "consume: serve Prometheus metrics on HOST:this port (serve has /metrics); "
+            "none: not exported."
+        ),
+    )
 
     # Ingestion limits and validation.
     rating_min: float = 0.5

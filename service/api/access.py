@@ -167,16 +167,25 @@ def _is_form(request: Request) -> bool:
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """The fields of a small URL-encoded form (first value of each); 413 past 64 KiB."""
-    declared = request.headers.get("content-length", "")
-    if not declared.isdigit() or int(declared) > MAX_FORM_BYTES:
-        raise HTTPException(413, f"a form must declare its length, at most {MAX_FORM_BYTES}")
-    body = await request.body()
+    """The fields of a small URL-encoded form (first value of each); 413 past 64 KiB.
+
+    Read once per request and kept on ``request.state``, so the CSRF check and the
+    handler can both look at it.
+    """
+    cached: dict[str, str] | None = getattr(request.state, "form", None)
+    if cached is not None:
+        return cached
+    body = bytearray()
+    async for chunk in request.stream():
+        body.extend(chunk)
+        if len(body) > MAX_FORM_BYTES:
+            raise HTTPException(413, f"a form is at most {MAX_FORM_BYTES} bytes")
     try:
-        fields = parse_qs(body[:MAX_FORM_BYTES].decode("utf-8", "replace"), max_num_fields=20)
+        fields = parse_qs(body.decode("utf-8", "replace"), max_num_fields=20)
     except ValueError:
         raise HTTPException(400, "a form has at most 20 fields") from None
-    return {name: values[0] for name, values in fields.items()}
+    request.state.form = {name: values[0] for name, values in fields.items()}
+    return request.state.form
 
 
 async def authorize(request: Request) -> Principal:

@@ -7,6 +7,10 @@ the answers checked are full ones, not only empty lists. It runs on SQLite and, 
 ``DRIFTLINE_TEST_DATABASE_URL`` is set, on PostgreSQL, whose 32-bit ``INTEGER`` columns
 overflow where SQLite's do not. Bounded in examples per operation so each run stays
 well under a minute on two cores.
+
+The server has API keys, so access control is on: the run is made once with an admin
+key (every route answers for real) and once without a key (every guarded route must
+answer its documented 401, whatever the input).
 """
 
 from __future__ import annotations
@@ -32,6 +36,9 @@ from schemathesis.specs.openapi.checks import (  # noqa: E402
 )
 
 from benchmarks.launcher import ServerProcess  # noqa: E402
+from service.auth.keys import create_key  # noqa: E402
+from service.settings import Settings  # noqa: E402
+from service.store import Database  # noqa: E402
 from tests.support.databases import external_url, isolated_schema, not_configured_reason  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -47,7 +54,8 @@ CHECKS = (
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def server(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServerProcess]:
+) -> Iterator[tuple[ServerProcess, str]]:
+    """A filled server and its admin key."""
     data_dir: Path = tmp_path_factory.mktemp("fuzz") / "data"
     env = {
         "DRIFTLINE_RETRAIN_RUNTIME": "inprocess",
@@ -60,28 +68,35 @@ def server(
             if base is None:
                 pytest.skip(not_configured_reason())
             env["DRIFTLINE_DATABASE_URL"] = stack.enter_context(isolated_schema(base))
+        settings = Settings(data_dir=data_dir, database_url=env.get("DRIFTLINE_DATABASE_URL"))
+        db = Database(settings.resolved_database_url)
+        key = create_key(db, "fuzz-administrator", ["admin"]).token
+        db.dispose()
         running = stack.enter_context(ServerProcess(data_dir, env=env))
-        _fill(running.url)
-        yield running
+        _fill(running.url, {"Authorization": f"Bearer {key}"})
+        yield running, key
 
 
-def _fill(url: str) -> None:
+def _fill(url: str, auth: dict[str, str]) -> None:
     """Events enough for a bootstrap model, a job and heartbeats."""
     events = [
         {"event_id": f"e{i}", "user_id": f"u{i % 13}", "item_id": f"i{i % 17}", "rating": 1 + i % 5}
         for i in range(200)
     ]
-    answer = httpx.post(f"{url}/ingest", json={"events": events}, timeout=120)
+    answer = httpx.post(f"{url}/ingest", json={"events": events}, headers=auth, timeout=120)
     assert answer.status_code == 200, answer.text
-    assert httpx.get(f"{url}/drift/heartbeats", timeout=30).json()["heartbeats"]
+    assert httpx.get(f"{url}/drift/heartbeats", headers=auth, timeout=30).json()["heartbeats"]
     deadline = time.monotonic() + 60
-    while httpx.get(f"{url}/models", timeout=30).json()["current"] is None:
+    while httpx.get(f"{url}/models", headers=auth, timeout=30).json()["current"] is None:
         assert time.monotonic() < deadline, "the bootstrap model was never published"
         time.sleep(0.2)
 
 
-def test_no_answer_is_a_5xx_or_off_schema(server: ServerProcess) -> None:
-    api = schemathesis.openapi.from_url(f"{server.url}/openapi.json")
+@pytest.mark.parametrize("caller", ["admin", "anonymous"])
+def test_no_answer_is_a_5xx_or_off_schema(server: tuple[ServerProcess, str], caller: str) -> None:
+    running, key = server
+    headers = {"Authorization": f"Bearer {key}"} if caller == "admin" else {}
+    api = schemathesis.openapi.from_url(f"{running.url}/openapi.json")
     failures: dict[str, str] = {}
     operations = [result.ok() for result in api.get_all_operations()]
     assert len(operations) >= 11
@@ -98,7 +113,7 @@ def test_no_answer_is_a_5xx_or_off_schema(server: ServerProcess) -> None:
             suppress_health_check=list(HealthCheck),
         )
         def check(case) -> None:  # type: ignore[no-untyped-def]
-            response = case.call(timeout=30)
+            response = case.call(headers=headers, timeout=30)
             case.validate_response(response, checks=CHECKS)
 
         try:

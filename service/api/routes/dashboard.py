@@ -5,7 +5,7 @@ from __future__ import annotations
 from html import escape
 
 from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse, RedirectResponse, Response
+from fastapi.responses import HTMLResponse, Response
 
 from service.api.access import Access, PrincipalDep, read_form
 from service.api.deps import PipelineDep
@@ -96,11 +96,36 @@ _FORM_BODY = {
         "required": True,
         "content": {
             "application/x-www-form-urlencoded": {
-                "schema": {"type": "object", "properties": {"key": {"type": "string"}}}
+                "schema": {
+                    "type": "object",
+                    "properties": {"key": {"type": "string", "minLength": 1}},
+                    "required": ["key"],
+                    "additionalProperties": False,
+                }
             }
         },
     }
 }
+
+
+def _json(refusals: dict[int | str, dict]) -> dict[int | str, dict]:
+    """Refusals documented as the JSON they are, on a route whose pages are HTML."""
+    ref = {"$ref": "#/components/schemas/ErrorPublic"}
+    return {
+        code: {
+            "description": answer["description"],
+            "content": {"application/json": {"schema": ref}},
+        }
+        for code, answer in refusals.items()
+    }
+
+
+def _to_dashboard() -> HTMLResponse:
+    """303 to the dashboard, with a link for clients that do not follow redirects."""
+    link = '<!doctype html><a href="/dashboard">Dashboard</a>'
+    return HTMLResponse(link, status_code=303, headers={"Location": "/dashboard"})
+
+
 _HTML_401 = {
     "description": "The sign-in page, saying the key was refused.",
     "content": {"text/html": {"schema": {"type": "string"}}},
@@ -114,7 +139,7 @@ _HTML_401 = {
     responses={
         303: {"description": "Signed in: the session cookie is set; go to the dashboard."},
         401: _HTML_401,
-        **answers(400, 413),
+        **_json(answers(400, 413)),
     },
     openapi_extra=_FORM_BODY,
 )
@@ -123,12 +148,12 @@ async def sign_in(request: Request) -> Response:
     access: Access = request.app.state.access
     snapshot = access.ring.snapshot
     if not snapshot.enforced:
-        return RedirectResponse("/dashboard", status_code=303)  # open: nothing to sign in to
+        return _to_dashboard()  # open: nothing to sign in to
     entry = snapshot.match((await read_form(request)).get("key", "").strip())
     if entry is None or "read" not in entry.rights:
         page = sign_in_page("That key is wrong, revoked, or lacks the read scope.")
         return HTMLResponse(page, status_code=401)
-    answer = RedirectResponse("/dashboard", status_code=303)
+    answer = _to_dashboard()
     answer.set_cookie(
         COOKIE,
         access.sessions.issue(entry),
@@ -149,7 +174,7 @@ async def sign_in(request: Request) -> Response:
 )
 async def sign_out() -> Response:
     """End the browser's session (a state-changing action: it needs the CSRF token)."""
-    answer = RedirectResponse("/dashboard", status_code=303)
+    answer = _to_dashboard()
     answer.delete_cookie(COOKIE, path="/", httponly=True, samesite="strict")
     return answer
 

@@ -33,7 +33,7 @@ def keys(pipeline: PipelineDep) -> ApiKeysPublic:
 
 
 @router.post(
-    "/keys", response_model=ApiKeyCreated, status_code=201, responses=answers(409, 422, 503)
+    "/keys", response_model=ApiKeyCreated, status_code=201, responses=answers(400, 409, 422, 503)
 )
 async def create(body: ApiKeyIn, request: Request, pipeline: PipelineDep) -> ApiKeyCreated:
     """Mint a key; its secret is in this answer and nowhere else, ever."""
