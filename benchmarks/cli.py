@@ -51,16 +51,25 @@ def demo(
     kafka: Annotated[
         bool, typer.Option("--kafka", help="Replay through an embedded Kafka broker.")
     ] = False,
+    drift: Annotated[
+        bool,
+        typer.Option(
+            "--drift/--no-drift",
+            help="Plant a taste inversion of 30 % of users at 60 % of the stream.",
+        ),
+    ] = True,
 ) -> None:
     """Replay MovieLens through a live service and summarise what happened."""
     from benchmarks.demo import run_demo
 
-    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka)
+    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka, drift=drift)
 
 
 @app.command()
 def bench(
-    name: Annotated[str, typer.Argument(help="Benchmark: prequential.")],
+    name: Annotated[
+        str, typer.Argument(help="Benchmark: prequential, drift, ingest, sync or memory.")
+    ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
     dataset: Annotated[Path | None, typer.Option(help="Ratings file to replay.")] = None,
     limit: Annotated[int | None, typer.Option(help="Use the first N ratings.")] = None,

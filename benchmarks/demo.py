@@ -4,6 +4,10 @@ The server runs as a real ``driftline serve`` process on loopback with a tempora
 directory; the ratings go through ``POST /ingest`` in timestamp order (or, with
 ``--kafka``, through an embedded Kafka-protocol broker the service consumes), while
 river's ``BiasedMF`` learns the same stream in this process for comparison.
+
+By default 30 % of the users invert their taste at 60 % of the stream (``--no-drift``
+replays MovieLens as it is), so the loop the service is named for shows: the drift
+alert, where it lies, the job it starts and what it costs, and the accuracy after it.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import numpy as np
 from kafka import KafkaProducer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
@@ -25,10 +30,22 @@ from benchmarks.baselines import RiverTrack
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
 from benchmarks.launcher import ServerProcess, free_port
+from benchmarks.scenarios import plant
+
+#: Longest wait for a running job before the next batch: the service retrains off the
+#: ingest path, but a replay hundreds of times faster than the real stream would
+#: otherwise outrun every job and the demo would show versions that arrive too late.
+PACE_TIMEOUT_S = 10.0
 
 
-def replay(client: httpx.Client, stream: RatingStream, batch_size: int, river: RiverTrack) -> None:
-    """Send ``stream`` in batches with a progress bar; river learns the same events."""
+def replay(
+    client: httpx.Client, stream: RatingStream, batch_size: int, river: RiverTrack
+) -> np.ndarray:
+    """Send ``stream`` in batches with a progress bar; river learns the same events.
+
+    Returns river's predictions (made before it learnt each event).
+    """
+    predictions = []
     columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn()) as progress:
         task = progress.add_task("replaying ratings", total=len(stream))
@@ -37,19 +54,27 @@ def replay(client: httpx.Client, stream: RatingStream, batch_size: int, river: R
             response = client.post("/ingest", json={"events": events})
             response.raise_for_status()
             stop = start + len(events)
-            river.process(
-                stream.user_ids[start:stop], stream.item_ids[start:stop], stream.ratings[start:stop]
+            predictions.append(
+                river.process(
+                    stream.user_ids[start:stop],
+                    stream.item_ids[start:stop],
+                    stream.ratings[start:stop],
+                )
             )
             progress.update(task, advance=len(events))
+            wait_for_jobs(client, timeout=PACE_TIMEOUT_S)
+    return np.concatenate(predictions) if predictions else np.empty(0)
 
 
 def replay_kafka(
     client: httpx.Client, bootstrap: str, stream: RatingStream, batch_size: int, river: RiverTrack
-) -> None:
+) -> np.ndarray:
     """Produce ``stream`` to the topic the service consumes; river learns it meanwhile.
 
-    The bar counts events the service has made durable, not messages sent.
+    The bar counts events the service has made durable, not messages sent. Returns
+    river's predictions.
     """
+    predictions = []
     producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10)
     columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
     with Progress(*columns, TimeElapsedColumn()) as progress:
@@ -60,8 +85,12 @@ def replay_kafka(
                 producer.send(
                     "events", key=event["user_id"].encode(), value=json.dumps(event).encode()
                 )
-            river.process(
-                stream.user_ids[start:stop], stream.item_ids[start:stop], stream.ratings[start:stop]
+            predictions.append(
+                river.process(
+                    stream.user_ids[start:stop],
+                    stream.item_ids[start:stop],
+                    stream.ratings[start:stop],
+                )
             )
             progress.update(task, completed=client.get("/healthz").json()["events_stored"])
         producer.flush()
@@ -71,6 +100,7 @@ def replay_kafka(
             stored = client.get("/healthz").json()["events_stored"]
             progress.update(task, completed=stored)
             time.sleep(0.2)
+    return np.concatenate(predictions) if predictions else np.empty(0)
 
 
 def wait_for_jobs(client: httpx.Client, timeout: float = 120.0) -> None:
@@ -79,6 +109,75 @@ def wait_for_jobs(client: httpx.Client, timeout: float = 120.0) -> None:
         if client.get("/healthz").json().get("retrain_job_running") is None:
             return
         time.sleep(0.5)
+
+
+def drift_table(
+    client: httpx.Client, onset: int, stream: RatingStream, river_predictions: np.ndarray
+) -> Table:
+    """The planted drift: alerts with their delay and segments, accuracy after the
+    onset for each model, and what the jobs it started cost."""
+    table = Table(title=f"Planted drift: 30 % of users invert their taste at event {onset:,}")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    alerts = sorted(client.get("/drift/alerts").json()["alerts"], key=lambda a: a["events_seen"])
+    if not alerts:
+        table.add_row("drift alerts", "none")
+    for alert in alerts:
+        delay = alert["events_seen"] - onset
+        when = f"{delay:+,} events from the onset"
+        table.add_row(
+            f"alert {alert['id']} ({alert.get('detector') or 'drift'})",
+            f"RMSE {alert['before']:.3f} → {alert['after']:.3f}, {when}",
+        )
+        for line in _segment_lines(client, alert["id"]):
+            table.add_row("", line)
+    beats = client.get("/drift/heartbeats", params={"since_events": onset}).json()["heartbeats"]
+    for label, key in (("Driftline", "rmse"), ("never retrained", "static_rmse")):
+        table.add_row(f"RMSE after the onset, {label}", _pooled(beats, key))
+    errors = (stream.ratings[onset:] - river_predictions[onset:]) ** 2
+    table.add_row("RMSE after the onset, river BiasedMF", f"{np.sqrt(errors.mean()):.4f}")
+    for label, key in (("Driftline", "hit_rate"), ("never retrained", "static_hit_rate")):
+        table.add_row(f"hit-rate@10 after the onset, {label}", _pooled_rate(beats, key))
+    jobs = client.get("/jobs").json()["jobs"]
+    drift_jobs = [j for j in jobs if j.get("trigger") == "drift"]
+    cost = sum(j.get("cost_usd") or 0.0 for j in jobs)
+    table.add_row("drift-triggered jobs", str(len(drift_jobs)))
+    table.add_row("retraining cost, all jobs", f"${cost:.6f}")
+    return table
+
+
+def _segment_lines(client: httpx.Client, alert_id: int) -> list[str]:
+    """One line per segment of the alert's error rise, when the service reports them."""
+    response = client.get(f"/drift/alerts/{alert_id}")
+    if response.status_code != 200:
+        return []
+    segments = response.json().get("segments") or {}
+    lines = []
+    for name, figures in (segments.get("segments") or {}).items():
+        if isinstance(figures, dict) and figures.get("rmse_after") is not None:
+            lines.append(
+                f"{name}: RMSE {figures.get('rmse_before') or 0:.3f} → "
+                f"{figures['rmse_after']:.3f} ({figures.get('events_after', 0):,} events)"
+            )
+    return lines
+
+
+def _pooled(beats: list[dict], key: str) -> str:
+    rows = [b for b in beats if b.get(key) is not None]
+    if not rows:
+        return "n/a"
+    events = np.array([b["events"] for b in rows], dtype=np.float64)
+    values = np.array([b[key] for b in rows], dtype=np.float64)
+    return f"{np.sqrt((values**2 * events).sum() / events.sum()):.4f}"
+
+
+def _pooled_rate(beats: list[dict], key: str) -> str:
+    rows = [b for b in beats if b.get(key) is not None and b.get("ranked_events")]
+    if not rows:
+        return "n/a"
+    weights = np.array([b["ranked_events"] for b in rows], dtype=np.float64)
+    rates = np.array([b[key] for b in rows], dtype=np.float64)
+    return f"{(rates * weights).sum() / weights.sum():.3f}"
 
 
 def summary_table(client: httpx.Client, events: int, river: RiverTrack) -> Table:
@@ -132,10 +231,18 @@ def demo_key(data_dir: Path) -> str:
 
 
 def run_demo(
-    limit: int | None = None, batch_size: int = 500, user: str | None = None, kafka: bool = False
+    limit: int | None = None,
+    batch_size: int = 500,
+    user: str | None = None,
+    kafka: bool = False,
+    drift: bool = True,
 ) -> None:
     console = Console()
     stream = load_ratings(MOVIELENS_SMALL, limit=limit)
+    onset = None
+    if drift:
+        planted = plant("sudden", stream, at=0.6)
+        stream, onset = planted.stream, planted.onset
     river = RiverTrack()
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="driftline-demo-")))
@@ -152,10 +259,12 @@ def run_demo(
         console.print(f"Service at {server.url} (dashboard: {server.url}/dashboard)")
         console.print(f"API key of this demo (admin; sign in to the dashboard with it): {key}")
         if kafka:
-            replay_kafka(client, broker.bootstrap, stream, batch_size, river)
+            river_predictions = replay_kafka(client, broker.bootstrap, stream, batch_size, river)
         else:
-            replay(client, stream, batch_size, river)
+            river_predictions = replay(client, stream, batch_size, river)
         wait_for_jobs(client)
         console.print(summary_table(client, len(stream), river))
+        if onset is not None:
+            console.print(drift_table(client, onset, stream, river_predictions))
         chosen = user or Counter(stream.user_ids).most_common(1)[0][0]
         console.print(top10_table(client, chosen))

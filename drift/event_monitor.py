@@ -11,12 +11,15 @@ bound assumes. Measured on MovieLens with 30 % of users inverting their taste
 events, where ADWIN on heartbeats needs tens of thousands.
 
 Per-event errors are heavy-tailed and rating streams come in sessions, so raw changes
-are frequent (DESIGN.md §7: 116 on MovieLens) and most are falls or a few per cent. A
-change becomes an alert only when the error level after it is at least
-``min_relative_drop`` above the level before it, both read off a bounded record of the
-recent errors at its least-squares change point. A swap needs no restart: a better
-version's lower error is a change like any other, after which the record keeps only the
-new level, so the reference follows the serving version within a few hundred events.
+are frequent (DESIGN.md §7: 116 on MovieLens) and most are falls, a few per cent, or one
+heavy user's session. A change becomes an alert only when, at the record's
+least-squares change point, the error level after it is at least ``min_relative_drop``
+above the level before it, both levels weigh users rather than events (each user counts
+for at most 50 events), the rise is ``min_z`` standard errors clear with users as the
+unit of sampling, and at least ``min_users`` users share it. A swap restarts the
+detector (the base class's ``on_swap``): the new version's level is learnt from its
+first thousand events, two heartbeats, instead of the twenty or thirty the heartbeat
+monitor needs.
 """
 
 from __future__ import annotations
@@ -66,8 +69,10 @@ class EventDriftMonitor(DriftDetector):
         Fewest errors either side of the change point before an alert may be raised.
     name
         Registry name, recorded with each alert.
-    clear_on_swap
-        Whether a swap restarts the reference the confirmation compares against.
+    min_z
+        Standard errors (users as the unit) by which the rise must clear noise.
+    min_users
+        Fewest distinct users after the change for it to count as drift.
     block
         Errors averaged into each value the river detector sees: 1 feeds every event;
         a detector that runs a test per value (KSWIN's Kolmogorov-Smirnov test) is
@@ -100,7 +105,8 @@ class EventDriftMonitor(DriftDetector):
         reference_events: int = 5_000,
         min_events: int = 500,
         name: str = "adwin-event",
-        clear_on_swap: bool = True,
+        min_z: float = 3.0,
+        min_users: int = 20,
         block: int = 1,
     ) -> None:
         super().__init__()
@@ -122,7 +128,8 @@ class EventDriftMonitor(DriftDetector):
         self.reference_events = reference_events
         self.min_events = min_events
         self.name = name
-        self.clear_on_swap = clear_on_swap
+        self.min_z = min_z
+        self.min_users = min_users
         if block < 1:
             raise ValueError(f"block must be >= 1, got {block}")
         self.block = block
@@ -135,17 +142,6 @@ class EventDriftMonitor(DriftDetector):
         self._changes = 0
         self._drift_detected = False
         self._partial: list[float] = []
-
-    def on_swap(self) -> None:
-        """Keep watching; the reference restarts from the new version's own errors.
-
-        The river detector keeps its window (a better version's lower error is a change
-        like any other), while the record the confirmation compares against drops the
-        old version's errors: measured against them, a better version would have to get
-        worse by more than ``min_relative_drop`` plus its own gain before anyone heard.
-        """
-        if self.clear_on_swap:
-            self._forget()
 
     @property
     def n_changes(self) -> int:
@@ -282,11 +278,15 @@ class EventDriftMonitor(DriftDetector):
         if recent < self.min_events or self._record.size - recent < self.min_events:
             return None
         older = slice(max(0, self._record.size - recent - self.reference_events), -recent)
-        before = _user_balanced_mean(self._record[older], self._keys[older])
-        after = _user_balanced_mean(self._record[-recent:], self._keys[-recent:])
+        before, before_var, _ = _user_balanced_mean(self._record[older], self._keys[older])
+        after, after_var, users = _user_balanced_mean(self._record[-recent:], self._keys[-recent:])
+        if users < self.min_users:
+            return None
         before_rmse = math.sqrt(before * self.scale)
         after_rmse = math.sqrt(after * self.scale)
         if after_rmse < before_rmse * (1.0 + self.min_relative_drop):
+            return None
+        if after - before < self.min_z * math.sqrt(before_var + after_var):
             return None
         self._forget()
         end = heartbeat.events_seen - offset
@@ -329,14 +329,16 @@ def _event_errors(heartbeat: Heartbeat) -> np.ndarray:
 
 
 def _event_keys(heartbeat: Heartbeat, size: int) -> np.ndarray:
-    """The heartbeat's user keys aligned with its errors; unknown ones are key 0."""
+    """The heartbeat's user keys aligned with its errors; where they are missing each
+    event counts as a user of its own."""
     keys = np.asarray(heartbeat.user_keys, dtype=np.uint16).reshape(-1)
     if keys.size >= size:
         return keys[-size:]
-    return np.concatenate([np.zeros(size - keys.size, dtype=np.uint16), keys])
+    missing = (np.arange(size - keys.size) + heartbeat.events_seen) % 2**16
+    return np.concatenate([missing.astype(np.uint16), keys])
 
 
-def _user_balanced_mean(values: np.ndarray, keys: np.ndarray) -> float:
+def _user_balanced_mean(values: np.ndarray, keys: np.ndarray) -> tuple[float, float, int]:
     """Mean error with each user's weight capped at ``_USER_WEIGHT_CAP`` events.
 
     Rating streams come in sessions: one user rating a thousand films in an hour can
@@ -344,11 +346,23 @@ def _user_balanced_mean(values: np.ndarray, keys: np.ndarray) -> float:
     plain mean rises by a quarter although nothing changed for anyone else. A drift
     worth a retrain moves many users; capping each user's weight makes the level
     before and after the change a level of users, not of sessions.
+
+    Returns
+    -------
+    tuple
+        ``(level, variance of the level, distinct users)``.
     """
     _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
     sums = np.bincount(inverse, weights=values.astype(np.float64))
     weights = np.minimum(counts, _USER_WEIGHT_CAP)
-    return float((weights * sums / counts).sum() / weights.sum())
+    means = sums / counts
+    level = float((weights * means).sum() / weights.sum())
+    users = counts.size
+    # The cluster-robust variance of a weighted mean, users as clusters, with the
+    # small-sample factor G / (G - 1).
+    spread = (weights**2 * (means - level) ** 2).sum() / weights.sum() ** 2
+    variance = float(spread * users / max(users - 1, 1))
+    return level, variance, users
 
 
 def _unit_interval(values: np.ndarray) -> bool:

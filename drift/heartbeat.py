@@ -132,7 +132,8 @@ class HeartbeatAggregator:
             flattened. Values must be finite and non-negative: a single NaN or inf
             would poison every later RMSE and ADWIN's running variance.
         user_keys
-            Optional 16-bit keys of the events' users (``user_key``), same length.
+            Optional 16-bit keys of the events' users (``user_key``), same length;
+            without them every event counts as a different user.
 
         Returns
         -------
@@ -140,9 +141,9 @@ class HeartbeatAggregator:
             Possibly empty; a large array may close several heartbeats at once.
         """
         errors = _as_errors(squared_errors)
-        keys = np.asarray(
-            user_keys if user_keys is not None else np.zeros(errors.size), dtype=np.uint16
-        ).reshape(-1)
+        if user_keys is None:  # users unknown: each event counts as a user of its own
+            user_keys = (np.arange(errors.size) + self._events_seen + self._pending_count) % 2**16
+        keys = np.asarray(user_keys, dtype=np.uint16).reshape(-1)
         if keys.size != errors.size:
             raise ValueError(f"{keys.size} user keys for {errors.size} errors")
         beats = self._close_full_groups(errors, keys)
