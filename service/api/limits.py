@@ -7,7 +7,9 @@
 * ``INGEST_ITEM_CAP``: at most that many events per key per item in each window of
   ``INGEST_ITEM_WINDOW_SECONDS``. Fold-in learns item biases from every event, so a
   client inventing a dozen users who rate one item 5.0 could otherwise put it at the
-  top of many users' lists; the cap bounds what any one key can do to one item.
+  top of many users' lists; the cap bounds what any one key can do to one item. Keys
+  with ``admin`` (an operator's bulk load) are not capped, nor is Kafka ingestion
+  (producers there are the operator's own infrastructure).
 
 Counts live in this process (one ``serve``): a limit is per replica, not global.
 Everything here is off unless configured.

@@ -14,11 +14,14 @@ from service.settings import Settings
 from service.store import Database
 
 
-def _keyed_client(tmp_path: Path, names: list[str], **values: object) -> tuple[TestClient, dict]:
+def _keyed_client(
+    tmp_path: Path, names: list[str], scopes: tuple[str, ...] = ("admin",), **values: object
+) -> tuple[TestClient, dict]:
     settings = Settings(data_dir=tmp_path / "data", **values)
     db = Database(settings.resolved_database_url)
     headers = {
-        name: {"Authorization": f"Bearer {create_key(db, name, ['admin']).token}"} for name in names
+        name: {"Authorization": f"Bearer {create_key(db, name, list(scopes)).token}"}
+        for name in names
     }
     db.dispose()
     return TestClient(create_app(settings)), headers
@@ -73,7 +76,9 @@ def test_open_loopback_use_is_limited_per_address(tmp_path: Path) -> None:
 
 
 def test_the_item_cap_holds_one_key_to_a_few_events_per_item(tmp_path: Path) -> None:
-    client, headers = _keyed_client(tmp_path, ["attacker", "other"], ingest_item_cap=3)
+    client, headers = _keyed_client(
+        tmp_path, ["attacker", "other"], ingest_item_cap=3, scopes=("ingest",)
+    )
     pushed = {
         "events": [
             {"user_id": f"sock{k}", "item_id": "<script>alert(1)</script>", "rating": 5.0}
@@ -91,3 +96,10 @@ def test_the_item_cap_holds_one_key_to_a_few_events_per_item(tmp_path: Path) -> 
         assert client.post("/ingest", json=one_more, headers=headers["attacker"]).status_code == 429
         assert client.post("/ingest", json=one_more, headers=headers["other"]).status_code == 200
         assert client.get("/healthz").json()["events_stored"] == 4
+
+
+def test_administrators_bulk_loads_are_not_capped_per_item(tmp_path: Path) -> None:
+    client, headers = _keyed_client(tmp_path, ["operator"], ingest_item_cap=3)
+    many = {"events": [{"user_id": f"u{k}", "item_id": "hit"} for k in range(20)]}
+    with client:
+        assert client.post("/ingest", json=many, headers=headers["operator"]).status_code == 200
