@@ -139,6 +139,8 @@ class EventDriftMonitor(DriftDetector):
         self._river: RiverDetector = getattr(river.drift, self.detector)(**self.detector_params)
         self._record = np.empty(0, dtype=np.float16)
         self._keys = np.empty(0, dtype=np.uint16)
+        #: Errors since a rise that was large enough but not yet clear of noise.
+        self._candidate: int | None = None
         self._changes = 0
         self._drift_detected = False
         self._partial: list[float] = []
@@ -169,6 +171,7 @@ class EventDriftMonitor(DriftDetector):
             "users": base64.b64encode(self._keys.tobytes()).decode("ascii"),
             "changes": self._changes,
             "partial": list(self._partial),
+            "candidate": self._candidate,
         }
         window = _adwin_window(self._river)
         if window is not None:
@@ -211,6 +214,8 @@ class EventDriftMonitor(DriftDetector):
         self._record = values[-(self.reference_events + _MAX_RECENT) :].copy()
         self._keys = keys[-(self.reference_events + _MAX_RECENT) :].copy()
         self._changes = int(state.get("changes", 0))
+        candidate = state.get("candidate")
+        self._candidate = None if candidate is None else min(int(candidate), self._record.size)
 
     def update(self, heartbeat: Heartbeat) -> DriftAlert | None:
         """Feed one heartbeat's events; return an alert if they complete a confirmed drift.
@@ -230,10 +235,14 @@ class EventDriftMonitor(DriftDetector):
             self._changes += 1
             self._append(normalised[start : position + 1], keys[start : position + 1])
             start = position + 1
-            found = self._confirm(heartbeat, offset=normalised.size - start)
+            found = self._confirm(heartbeat, normalised.size - start, self._recent_length())
             if found is not None and alert is None:
                 alert = found
         self._append(normalised[start:], keys[start:])
+        if alert is None and self._candidate is not None:
+            # A rise too thin to confirm when the detector saw it: judge it again now
+            # that more users have been seen since.
+            alert = self._confirm(heartbeat, 0, self._candidate)
         self._drift_detected = alert is not None
         return alert
 
@@ -252,8 +261,13 @@ class EventDriftMonitor(DriftDetector):
     def _forget(self) -> None:
         self._record = np.empty(0, dtype=np.float16)
         self._keys = np.empty(0, dtype=np.uint16)
+        self._candidate = None
 
     def _append(self, values: np.ndarray, keys: np.ndarray) -> None:
+        if values.size and self._candidate is not None:
+            self._candidate += values.size
+            if self._candidate > _MAX_RECENT:
+                self._candidate = None  # old news: the next change starts afresh
         if values.size:
             self._keys = np.concatenate([self._keys, keys])[
                 -(self.reference_events + _MAX_RECENT) :
@@ -264,29 +278,30 @@ class EventDriftMonitor(DriftDetector):
             joined = np.concatenate([self._record, values.astype(np.float16)])
             self._record = joined[-keep:]
 
-    def _confirm(self, heartbeat: Heartbeat, offset: int) -> DriftAlert | None:
-        """An alert if the errors since the change are enough above those before it.
+    def _confirm(self, heartbeat: Heartbeat, offset: int, recent: int) -> DriftAlert | None:
+        """An alert if the last ``recent`` errors are enough above those before them.
 
-        The recent segment is the window the river detector kept after its cut (ADWIN's
-        ``width``), or for detectors without one the least-squares change point of the
-        record. The reference is the record before that segment: up to
-        ``reference_events`` errors, long enough to average over the sessions of a few
-        heavy users that make rating streams bursty. ``offset`` counts the heartbeat's
-        errors after the one that completed the change.
+        The reference is the record before that segment: up to ``reference_events``
+        errors, long enough to average over the sessions of a few heavy users that make
+        rating streams bursty. A rise large enough but not yet clear of noise, or seen
+        in too few users, stays a candidate that later heartbeats judge again with the
+        users they add; a rise that fades below half the minimum is dropped. ``offset``
+        counts the heartbeat's errors after the last one in the record.
         """
-        recent = self._recent_length()
         if recent < self.min_events or self._record.size - recent < self.min_events:
             return None
         older = slice(max(0, self._record.size - recent - self.reference_events), -recent)
         before, before_var, _ = _user_balanced_mean(self._record[older], self._keys[older])
         after, after_var, users = _user_balanced_mean(self._record[-recent:], self._keys[-recent:])
-        if users < self.min_users:
-            return None
         before_rmse = math.sqrt(before * self.scale)
         after_rmse = math.sqrt(after * self.scale)
-        if after_rmse < before_rmse * (1.0 + self.min_relative_drop):
+        if after_rmse < before_rmse * (1.0 + self.min_relative_drop / 2):
+            self._candidate = None
             return None
-        if after - before < self.min_z * math.sqrt(before_var + after_var):
+        large = after_rmse >= before_rmse * (1.0 + self.min_relative_drop)
+        clear = after - before >= self.min_z * math.sqrt(before_var + after_var)
+        if not (large and clear and users >= self.min_users):
+            self._candidate = recent
             return None
         self._forget()
         end = heartbeat.events_seen - offset
