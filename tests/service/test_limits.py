@@ -103,3 +103,30 @@ def test_administrators_bulk_loads_are_not_capped_per_item(tmp_path: Path) -> No
     many = {"events": [{"user_id": f"u{k}", "item_id": "hit"} for k in range(20)]}
     with client:
         assert client.post("/ingest", json=many, headers=headers["operator"]).status_code == 200
+
+
+@pytest.mark.parametrize(("cap", "attack_wins"), [(None, True), (3, False)])
+def test_a_dozen_sock_puppet_events_take_over_the_popular_list_only_without_the_cap(
+    tmp_path: Path, cap: int | None, attack_wins: bool
+) -> None:
+    """What a stranger is recommended: five real fans of "hit" against one key posting
+    twelve 5-star events for an invented item from twelve invented users, one at a time
+    as an attacker retrying past refusals would."""
+    client, headers = _keyed_client(
+        tmp_path, ["attacker"], scopes=("ingest", "read"), ingest_item_cap=cap
+    )
+    evil = "<script>alert(1)</script>"
+    organic = [{"user_id": f"fan{k}", "item_id": "hit", "rating": 4.0} for k in range(5)]
+    organic += [{"user_id": f"fan{k}", "item_id": "hit", "rating": 4.0} for k in range(5)]
+    with client:
+        shop = create_key(client.app.state.pipeline.db, "shop", ["admin"]).token  # type: ignore[attr-defined]
+        client.app.state.access.ring.refresh()  # type: ignore[attr-defined]
+        headers["shop"] = {"Authorization": f"Bearer {shop}"}
+        assert client.post("/ingest", json={"events": organic}, headers=headers["shop"]).is_success
+        for k in range(12):
+            event = {"user_id": f"sock{k}", "item_id": evil, "rating": 5.0}
+            client.post("/ingest", json={"events": [event]}, headers=headers["attacker"])
+        answer = client.get("/recommend?user_id=stranger&k=3", headers=headers["shop"]).json()
+    top = answer["items"][0]["item_id"]
+    assert answer["source"] == "popular"
+    assert (top == evil) is attack_wins, answer
