@@ -31,7 +31,7 @@ def test_environment_variables_fill_settings_and_none_unsets(
         ({"retrain_sync_ratio": 1.5}, "retrain_sync_ratio"),
         ({"rating_min": 5, "rating_max": 1}, "rating_min"),
         ({"kafka_replica": 2, "kafka_replicas": 2}, "kafka_replica"),
-        ({"drift_detector": "page-hinkley"}, "drift_detector"),
+        ({"drift_detector": "cusum"}, "drift_detector"),
     ],
 )
 def test_bad_values_are_refused_naming_the_setting(values: dict, named: str) -> None:
