@@ -4,11 +4,12 @@ from retrain.backends import EpochOutcome, InProcessBackend, TrainingBackend
 from retrain.convergence import ConvergenceRule, StopReason
 from retrain.job import EpochRecord, JobResult, run_training, starting_model
 from retrain.policies import POLICIES, AdwinPolicy, TriggerPolicy
-from retrain.window import RatingsWindow, WindowPolicy, WindowSource
+from retrain.window import ChangeWindowPolicy, RatingsWindow, WindowPolicy, WindowSource
 
 __all__ = [
     "POLICIES",
     "AdwinPolicy",
+    "ChangeWindowPolicy",
     "ConvergenceRule",
     "EpochOutcome",
     "EpochRecord",

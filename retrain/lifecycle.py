@@ -26,7 +26,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from configurator import make_configurator
@@ -42,7 +42,7 @@ from retrain.job import EpochRecord, JobResult, run_training, starting_model
 from retrain.spec import JobSpec
 from retrain.stats import CoordinatorStats
 from retrain.sync import sync_policy
-from retrain.window import WindowPolicy, WindowSource
+from retrain.window import WindowSource
 
 log = logging.getLogger(__name__)
 
@@ -204,10 +204,16 @@ class Retrainer:
         *,
         base: VersionLike | None = None,
         exclusive: bool = False,
+        change_after_id: int | None = None,
     ) -> int:
         """Start a job warm-started from ``base`` (or attach ``alert_id`` to the running
         one); returns its id. With ``exclusive`` a running job is an error
-        (``JobAlreadyRunning``), which is what a person asking by hand wants to hear."""
+        (``JobAlreadyRunning``), which is what a person asking by hand wants to hear.
+
+        ``change_after_id`` is the last event before the change point of the alert that
+        asks: where the spec has a ``drift_history_ratio``, the job's window starts
+        there (``retrain.window.ChangeWindowPolicy``), and the spec records it so a
+        resumed job rebuilds the same window."""
         with self._lock:
             if self._active is not None:
                 if exclusive:
@@ -218,6 +224,8 @@ class Retrainer:
             if self._recorder.newest_event_id() == 0:
                 raise NothingToTrain("no events stored yet: nothing to train on")
             spec = self._spec()
+            if change_after_id is not None and spec.drift_history_ratio is not None:
+                spec = replace(spec, change_after_id=change_after_id)
             job_id = self._recorder.create(trigger, spec, alert_id)
             self._active = job_id
             self._active_base = base.version if base else None
@@ -277,7 +285,7 @@ class Retrainer:
     def _train(self, job_id: int, spec: JobSpec, base: VersionLike | None) -> _Run:
         since = base.last_event_id if base else 0
         up_to = self._recorder.newest_event_id()
-        window = WindowPolicy(spec.history_sample).build(self._windows, since, up_to)
+        window = spec.window_policy().build(self._windows, since, up_to)
         self._recorder.started(
             job_id,
             base_version=base.version if base else None,
@@ -533,10 +541,10 @@ class Retrainer:
         if job["base_version"] is not None:
             since = self._registry.load(job["base_version"]).last_event_id
         up_to = int(job["last_event_id"])
-        # The same window as before the restart: events (since, up_to] and the same
-        # evenly spaced history sample; only its holdout is used, the coordinator's
-        # checkpoint holds the training part.
-        window = WindowPolicy(spec.history_sample).build(self._windows, since, up_to)
+        # The same window as before the restart: the same events after the version (or
+        # the change point) and the same seeded history sample; only its holdout is
+        # used, the coordinator's checkpoint holds the training part.
+        window = spec.window_policy().build(self._windows, since, up_to)
         backend = DistributedBackend.resume(
             self._runtime(spec), self._store, self._store_url, coordinator_job(job_id)
         )

@@ -12,6 +12,7 @@ from typing import Any
 
 from configurator.space import EpochConfig
 from retrain.convergence import ConvergenceRule
+from retrain.window import ChangeWindowPolicy, WindowPolicy
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,13 @@ class JobSpec:
     Traceback (most recent call last):
     ...
     ValueError: workers must be at least 1, got 0
+
+    A drift job's spec names where the change began; its window starts there:
+
+    >>> type(JobSpec().window_policy()).__name__
+    'WindowPolicy'
+    >>> type(JobSpec(drift_history_ratio=0.5, change_after_id=900).window_policy()).__name__
+    'ChangeWindowPolicy'
     """
 
     factors: int = 8
@@ -46,6 +54,12 @@ class JobSpec:
     configurator: str = "static"
     policy: str = "adwin"
     seed: int | None = 0
+    #: Older events per event since the change in a drift job's window; None: a drift
+    #: job's window is like any other's.
+    drift_history_ratio: float | None = None
+    #: Id of the last event before the change point of the alert that started the job;
+    #: None for jobs no alert started (and for drift jobs while the ratio is None).
+    change_after_id: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("factors", "batch_size", "max_epochs", "workers"):
@@ -57,6 +71,10 @@ class JobSpec:
             raise ValueError("learning_rate and latency_cap_s must be positive")
         if self.history_sample < 0 or self.regularization < 0:
             raise ValueError("history_sample and regularization must not be negative")
+        if self.drift_history_ratio is not None and not self.drift_history_ratio >= 0:
+            raise ValueError(f"drift_history_ratio must be >= 0, got {self.drift_history_ratio}")
+        if self.change_after_id is not None and self.change_after_id < 0:
+            raise ValueError(f"change_after_id must be >= 0, got {self.change_after_id}")
 
     def as_params(self) -> dict[str, Any]:
         """The job record's ``params`` (plain JSON)."""
@@ -80,6 +98,15 @@ class JobSpec:
             workers=self.workers,
             sync_ratio=self.sync_ratio,
             memory_mb=self.memory_mb,
+        )
+
+    def window_policy(self) -> WindowPolicy | ChangeWindowPolicy:
+        """How the job's window is built: from the change point for a drift job that
+        knows it, else the events since the version plus a history sample."""
+        if self.change_after_id is None or self.drift_history_ratio is None:
+            return WindowPolicy(self.history_sample)
+        return ChangeWindowPolicy(
+            self.change_after_id, self.drift_history_ratio, self.history_sample, self.seed or 0
         )
 
     def rule(self) -> ConvergenceRule:

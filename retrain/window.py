@@ -1,7 +1,9 @@
 """The data a retraining job learns from.
 
 A window is the events since the serving model's version plus an even sample of older
-history, so the model adapts to what changed without forgetting what did not.
+history, so the model adapts to what changed without forgetting what did not. A job a
+drift alert started weighs the change more: every event since the estimated change
+point, and a smaller uniform sample of what came before (``ChangeWindowPolicy``).
 """
 
 from __future__ import annotations
@@ -54,6 +56,11 @@ class WindowSource(Protocol):
 
     def history_sample(self, up_to_id: int, size: int) -> RatingsWindow: ...
 
+    def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
+        """``size`` events with ``id <= up_to_id`` drawn uniformly without replacement
+        (all of them when fewer), the same ones for the same seed."""
+        ...
+
 
 @dataclass(frozen=True)
 class WindowPolicy:
@@ -66,6 +73,75 @@ class WindowPolicy:
         older = source.history_sample(since_id, self.history_sample) if since_id > 0 else None
         if older is None or len(older) == 0:
             return recent
+        return RatingsWindow(
+            older.user_ids + recent.user_ids,
+            older.item_ids + recent.item_ids,
+            np.concatenate([older.ratings, recent.ratings]),
+        )
+
+
+@dataclass(frozen=True)
+class ChangeWindowPolicy:
+    """A drift job's window: every event after ``after_id``, where the change began, and
+    a uniform sample of older events at most ``history_ratio`` times as many.
+
+    After a drift the newest events are the only ones that show the new taste, and the
+    default window dilutes them: a job soon after the change holds a few thousand new
+    events against up to ``history_sample`` old ones, and fits the old taste it was
+    called to correct. Here the new events are the majority for any ratio below 1, and
+    the older sample (uniform over all history before the change, so no period is
+    favoured) keeps the model from forgetting users and items the change left alone.
+    The version the job starts from does not matter: every event since the change is
+    in, whether that version saw it or not.
+
+    Parameters
+    ----------
+    after_id
+        Id of the last event before the estimated change point.
+    history_ratio
+        Older events per event since the change, >= 0.
+    history_sample
+        Older events at most, whatever the ratio (the default window's bound).
+    seed
+        Seed of the older sample; the same seed draws the same events.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> class Source:
+    ...     def since(self, after_id, up_to_id):
+    ...         return RatingsWindow(["new"] * (up_to_id - after_id), ["i"] * (up_to_id - after_id),
+    ...                              np.ones(up_to_id - after_id))
+    ...     def uniform_sample(self, up_to_id, size, seed):
+    ...         n = min(size, up_to_id)
+    ...         return RatingsWindow(["old"] * n, ["i"] * n, np.ones(n))
+    >>> window = ChangeWindowPolicy(after_id=900, history_ratio=0.5).build(Source(), 0, 1_000)
+    >>> window.user_ids.count("new"), window.user_ids.count("old")
+    (100, 50)
+    """
+
+    after_id: int
+    history_ratio: float
+    history_sample: int = 50_000
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.after_id < 0:
+            raise ValueError(f"after_id must be >= 0, got {self.after_id}")
+        if not self.history_ratio >= 0:
+            raise ValueError(f"history_ratio must be >= 0, got {self.history_ratio}")
+        if self.history_sample < 0:
+            raise ValueError(f"history_sample must be >= 0, got {self.history_sample}")
+
+    def build(self, source: WindowSource, since_id: int, up_to_id: int) -> RatingsWindow:
+        """The window over events up to ``up_to_id``; ``since_id`` (the version's last
+        event) is not used, see the class docstring."""
+        start = min(self.after_id, up_to_id)
+        recent = source.since(start, up_to_id)
+        size = min(self.history_sample, int(self.history_ratio * len(recent)))
+        if start == 0 or size == 0:
+            return recent
+        older = source.uniform_sample(start, size, self.seed)
         return RatingsWindow(
             older.user_ids + recent.user_ids,
             older.item_ids + recent.item_ids,

@@ -18,7 +18,13 @@ from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database
 from service.store.alerts import attach_alert
-from service.store.events import LabelledEvents, labelled_events, max_event_id, sample_labelled
+from service.store.events import (
+    LabelledEvents,
+    labelled_events,
+    max_event_id,
+    sample_labelled,
+    uniform_labelled,
+)
 from service.store.jobs import active_jobs, add_epoch, create_job, get_job, update_job
 from service.store.versions import version_of_job
 
@@ -36,6 +42,10 @@ class StoreWindowSource:
     def history_sample(self, up_to_id: int, size: int) -> RatingsWindow:
         with self.db.connect() as conn:
             return _window(sample_labelled(conn, up_to_id, size))
+
+    def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
+        with self.db.connect() as conn:
+            return _window(uniform_labelled(conn, up_to_id, size, seed))
 
 
 def _window(events: LabelledEvents) -> RatingsWindow:
@@ -160,6 +170,7 @@ def job_spec(settings: Settings) -> JobSpec:
         configurator=s.retrain_configurator,
         policy=s.retrain_policy,
         seed=s.seed,
+        drift_history_ratio=s.drift_window_history_ratio,
     )
 
 

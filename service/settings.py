@@ -147,6 +147,15 @@ class Settings(BaseSettings):
     bootstrap_events: int = Field(1000, ge=1)
     refresh_events: int | None = Field(10_000, ge=1)
     history_sample: int = Field(50_000, ge=0)
+    drift_window_history_ratio: float | None = Field(
+        1.0,
+        ge=0,
+        description=(
+            "A drift job trains on every event since the alert's change point plus a uniform "
+            "sample of older events, at most this many per recent event (and at most "
+            "HISTORY_SAMPLE); none: a drift job's window is like any other job's."
+        ),
+    )
     factors: int = Field(8, ge=1, le=512)
     learning_rate: float = Field(0.05, gt=0)
     regularization: float = Field(0.1, ge=0)

@@ -17,6 +17,8 @@ MAX_ID = 2**63 - 1
 #: The largest job id: ``retrain_jobs.id`` is an ``INTEGER`` (32-bit ``SERIAL`` on
 #: PostgreSQL), so a larger id names no job and would overflow the query's parameter.
 MAX_JOB_ID = 2**31 - 1
+#: The largest drift alert id: ``drift_alerts.id`` is an ``INTEGER`` too.
+MAX_ALERT_ID = 2**31 - 1
 
 
 class IngestBatch(BaseModel):
@@ -63,6 +65,90 @@ class AlertPublic(BaseModel):
 
 class AlertsPublic(BaseModel):
     alerts: list[AlertPublic]
+
+
+class SegmentPublic(BaseModel):
+    """One segment's error before and after the change, and its share of the rise."""
+
+    events_before: int
+    events_after: int
+    rmse_before: float | None = Field(description="None when the segment had no events")
+    rmse_after: float | None = Field(description="None when the segment had no events")
+    share_of_rise: float | None = Field(
+        description=(
+            "Share of the rise of mean squared error this segment accounts for (its own "
+            "rise and its change of traffic share); a partition's shares sum to 1. None "
+            "when the error did not rise."
+        )
+    )
+
+
+class UserSegmentsPublic(BaseModel):
+    new: SegmentPublic = Field(
+        description="Users with fewer than rules.new_user_events events before the change"
+    )
+    returning: SegmentPublic
+
+
+class ItemSegmentsPublic(BaseModel):
+    head: SegmentPublic = Field(
+        description="The most popular items, together drawing rules.head_share of the events"
+    )
+    tail: SegmentPublic
+
+
+class MoverPublic(BaseModel):
+    """A user or item among those whose error rose most."""
+
+    id: str
+    events_before: int
+    events_after: int
+    rmse_before: float | None
+    rmse_after: float
+    mse_rise: float = Field(description="Mean squared error after minus the baseline")
+    baseline: str = Field(
+        description="'own': its own level before the change; 'overall': too few events "
+        "before it, so the overall level"
+    )
+
+
+class SegmentRulesPublic(BaseModel):
+    reference_events: int = Field(description="Most events before the change compared")
+    new_user_events: int
+    head_share: float
+    min_events: int = Field(description="Fewest events after the change to be listed")
+    top: int
+
+
+class AlertSegmentsPublic(BaseModel):
+    """How the alert's error rise splits across user and item segments."""
+
+    change_events: int
+    events_before: int
+    events_after: int
+    rmse_before: float
+    rmse_after: float
+    mse_rise: float
+    users: UserSegmentsPublic
+    items: ItemSegmentsPublic
+    head_min_popularity: int = Field(
+        description="Least popularity (events among the newest) of a head item's event"
+    )
+    top_users: list[MoverPublic]
+    top_items: list[MoverPublic]
+    rules: SegmentRulesPublic
+
+
+class AlertDetailPublic(AlertPublic):
+    """One alert: what the list shows, the detector, the change point and the segments."""
+
+    detector: str | None = Field(description="The detector that raised it (DRIFT_DETECTOR)")
+    change_events: int | None = Field(
+        description="Labelled events seen when the raised error level began; None if unknown"
+    )
+    segments: AlertSegmentsPublic | None = Field(
+        description="None when no change point is known or no events around it were kept"
+    )
 
 
 class VersionPublic(BaseModel):

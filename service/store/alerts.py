@@ -46,6 +46,12 @@ def attach_alert(conn: Connection, alert_id: int, job_id: int) -> None:
     )
 
 
+def get_alert(conn: Connection, alert_id: int) -> dict[str, Any] | None:
+    """One alert with its detector, change point and segments; None if there is none."""
+    row = conn.execute(select(drift_alerts).where(drift_alerts.c.id == alert_id)).first()
+    return None if row is None else dict(row._mapping)
+
+
 def list_alerts(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
     query = select(drift_alerts).order_by(drift_alerts.c.id.desc()).limit(limit)
     return [dict(row._mapping) for row in conn.execute(query)]

@@ -154,6 +154,75 @@ def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvent
     return LabelledEvents.from_rows(conn.execute(query).all())
 
 
+#: Ids read per round trip while drawing a uniform sample, and ids per ``IN`` list when
+#: fetching it (within SQLite's and PostgreSQL's bound-parameter limits).
+_SAMPLE_READ_IDS = 50_000
+_SAMPLE_FETCH_IDS = 1_000
+
+
+def uniform_labelled(conn: Connection, up_to_id: int, size: int, seed: int) -> LabelledEvents:
+    """A uniform sample of ``size`` labelled events with ``id <= up_to_id``, in id order
+    (every one of them when there are fewer).
+
+    Each event ranks by a hash of its id and ``seed`` (SplitMix64) and the ``size``
+    lowest ranks are kept: a draw without replacement in which every event is as likely
+    as any other, which the same seed reproduces exactly (a resumed job rebuilds the
+    same window), and which holds the sample in memory, not the history: ids are read
+    ``_SAMPLE_READ_IDS`` at a time.
+    """
+    if size <= 0 or up_to_id <= 0:
+        return LabelledEvents.from_rows([])
+    ids_query = (
+        select(events.c.id)
+        .where(events.c.id <= up_to_id, events.c.rating.is_not(None))
+        .order_by(events.c.id)
+    )
+    kept = np.empty(0, dtype=np.int64)
+    streamed = conn.execution_options(yield_per=_SAMPLE_READ_IDS).execute(ids_query)
+    for part in streamed.partitions():
+        ids = np.concatenate([kept, np.fromiter((row[0] for row in part), np.int64, len(part))])
+        if ids.size > size:
+            ids = ids[np.argpartition(_splitmix64(ids, seed), size - 1)[:size]]
+        kept = ids
+    chosen = np.sort(kept).tolist()
+    columns = (events.c.id, events.c.user_id, events.c.item_id, events.c.rating)
+    rows: list[Sequence] = []
+    for start in range(0, len(chosen), _SAMPLE_FETCH_IDS):
+        some = chosen[start : start + _SAMPLE_FETCH_IDS]
+        rows.extend(
+            conn.execute(select(*columns).where(events.c.id.in_(some)).order_by(events.c.id))
+        )
+    return LabelledEvents.from_rows(rows)
+
+
+def _splitmix64(ids: np.ndarray, seed: int) -> np.ndarray:
+    """SplitMix64's output for each id offset by ``seed``: a bijection of 64-bit
+    integers whose outputs look independent and uniform (Steele, Lea & Flood, 2014)."""
+    offset = np.uint64(seed * 0x9E3779B97F4A7C15 % 2**64)  # in Python: no scalar overflow
+    z = ids.astype(np.uint64) + offset
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def labelled_id_from_end(conn: Connection, back: int) -> int | None:
+    """Id of the labelled event ``back`` places before the newest one (0: the newest);
+    None when fewer are stored.
+
+    Where the ``n``-th labelled event sits when ``n`` is counted from the start but lies
+    near the end: the index is read backwards ``back`` rows, not forwards ``n``.
+    """
+    query = (
+        select(events.c.id)
+        .where(events.c.rating.is_not(None))
+        .order_by(events.c.id.desc())
+        .offset(back)
+        .limit(1)
+    )
+    found = conn.scalar(query)
+    return None if found is None else int(found)
+
+
 def rated_items(conn: Connection, user_id: str) -> list[str]:
     """Every item the user has an event for; recommendations leave these out."""
     query = select(events.c.item_id).where(events.c.user_id == user_id).distinct()

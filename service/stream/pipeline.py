@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +28,7 @@ from drift import (
     make_detector,
     user_key,
 )
+from drift.segments import SegmentBuffer
 from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
 from retrain import POLICIES, TriggerPolicy
@@ -42,6 +44,7 @@ from service.store.events import (
     NewEvent,
     count_events,
     labelled_events,
+    labelled_id_from_end,
     popular_items,
     rated_items,
     store_events,
@@ -54,6 +57,9 @@ log = logging.getLogger(__name__)
 #: ingest lock, until a round finds at most this many; only that tail runs under the lock.
 _SWAP_TAIL_EVENTS = 2_000
 _SWAP_CATCH_UP_ROUNDS = 5
+#: Alerts whose change point (as an event id) waits for ``_trigger``; older ones are
+#: dropped (an alert is triggered in the call that stored it, or never).
+_CHANGES_KEPT = 64
 
 
 @dataclass(frozen=True)
@@ -85,6 +91,9 @@ class Pipeline:
         self.static: BiasedMF | None = None
         self.tracker = PrequentialTracker()
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
+        #: Recent events and their errors, to say where an alert's rise comes from.
+        self.segments = SegmentBuffer()
+        self._change_ids: OrderedDict[int, int] = OrderedDict()
         self.monitor = make_detector(
             settings.drift_detector,
             delta=settings.adwin_delta,
@@ -178,6 +187,7 @@ class Pipeline:
         self._static_pending = np.concatenate([self._static_pending, (ratings - static) ** 2])
         keys = np.fromiter((user_key(user) for user in users), dtype=np.uint16, count=len(users))
         heartbeats = self.aggregator.add((ratings - predicted) ** 2, keys)
+        self.segments.record(users, items, (ratings - predicted) ** 2, after=self.labelled_seen)
         self.labelled_seen += len(labelled)
         self.metrics.labelled_events.inc(len(labelled))
         return self._record_heartbeats(heartbeats)
@@ -292,6 +302,13 @@ class Pipeline:
         }
 
     def _store_alert(self, conn: Connection, alert: DriftAlert) -> int:
+        """Store ``alert`` with where its rise comes from, and remember where its change
+        began for the drift job ``_trigger`` may start.
+
+        The detector counts events from the aggregator's start; ``_events_offset`` makes
+        that the service's count of labelled events, the one the segment buffer's
+        positions and ``labelled_seen`` use.
+        """
         self.metrics.drift_alerts.inc()
         log.warning(
             "drift: %s %.4f -> %.4f after %d events",
@@ -300,7 +317,8 @@ class Pipeline:
             alert.after,
             self._events_offset + alert.events_seen,
         )
-        return add_alert(
+        change = None if alert.change_events is None else self._events_offset + alert.change_events
+        alert_id = add_alert(
             conn,
             metric=alert.metric,
             before=alert.before,
@@ -308,18 +326,39 @@ class Pipeline:
             events_seen=self._events_offset + alert.events_seen,
             model_version=self.serving.version,
             detector=alert.detector or self.settings.drift_detector,
-            change_events=(
-                None if alert.change_events is None else self._events_offset + alert.change_events
-            ),
+            change_events=change,
+            segments=None if change is None else self.segments.report(change),
         )
+        if change is not None:
+            self._change_ids[alert_id] = self._change_event_id(conn, change)
+            while len(self._change_ids) > _CHANGES_KEPT:
+                self._change_ids.popitem(last=False)
+        return alert_id
+
+    def _change_event_id(self, conn: Connection, change: int) -> int:
+        """Id of the ``change``-th labelled event, the last before the change (0: none).
+
+        Every stored labelled event has been evaluated, in id order, so the store holds
+        ``labelled_seen`` of them and the one wanted is ``labelled_seen - change`` back
+        from the newest: a short walk down the index, however long the history. (Where
+        several consumer replicas share the store, each counts its own events and the
+        id found is that much later than the change.)
+        """
+        if change <= 0:
+            return 0
+        found = labelled_id_from_end(conn, max(0, self.labelled_seen - change))
+        return 0 if found is None else found
 
     def _trigger(self, alert_ids: list[int]) -> None:
         if not self.settings.retrain_enabled:
             return
         for alert_id in alert_ids:
+            change_after_id = self._change_ids.pop(alert_id, None)
             trigger = self.policy.on_alert()
             if trigger is not None:
-                self.retrainer.request(trigger, alert_id, base=self.current)
+                self.retrainer.request(
+                    trigger, alert_id, base=self.current, change_after_id=change_after_id
+                )
         if self.retrainer.active_job_id is None:
             since = None if self.current is None else self.labelled_seen - self._seen_at_swap
             trigger = self.policy.on_progress(self.labelled_seen, since)

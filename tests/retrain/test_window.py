@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from retrain.window import RatingsWindow, WindowPolicy
+from retrain.spec import JobSpec
+from retrain.window import ChangeWindowPolicy, RatingsWindow, WindowPolicy
 
 
 def _window(n: int, prefix: str = "") -> RatingsWindow:
@@ -137,6 +138,14 @@ class FakeSource:
         mask[rows] = True
         return self.history.take(mask)
 
+    def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
+        self.calls.append(("uniform_sample", up_to_id, size))
+        n = min(len(self.history), up_to_id)
+        rows = np.random.default_rng(seed).choice(n, size=min(size, n), replace=False)
+        mask = np.zeros(len(self.history), dtype=bool)
+        mask[rows] = True
+        return self.history.take(mask)
+
 
 def test_a_first_window_is_the_recent_events_only() -> None:
     source = FakeSource(_window(100, "old-"), _window(30, "new-"))
@@ -191,3 +200,58 @@ def test_a_window_with_history_but_no_recent_events_is_the_history_sample() -> N
 
 def test_default_history_sample_is_fifty_thousand() -> None:
     assert WindowPolicy().history_sample == 50_000
+
+
+# -- ChangeWindowPolicy.build ------------------------------------------------------
+
+
+@pytest.mark.parametrize(("ratio", "older"), [(0.0, 0), (0.5, 15), (1.0, 30), (3.0, 90)])
+def test_a_drift_window_is_every_recent_event_and_a_ratio_of_older_ones(
+    ratio: float, older: int
+) -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    window = ChangeWindowPolicy(after_id=100, history_ratio=ratio).build(source, 40, 130)
+    assert ("since", 100, 130) in source.calls  # from the change, not from the version
+    assert window.user_ids[len(window) - 30 :] == source.recent.user_ids
+    sampled = window.user_ids[: len(window) - 30]
+    assert len(sampled) == older and len(set(sampled)) == older
+    assert all(u.startswith("old-") for u in sampled)
+
+
+def test_the_older_sample_is_also_capped_by_the_history_sample() -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    policy = ChangeWindowPolicy(after_id=100, history_ratio=3.0, history_sample=20)
+    assert len(policy.build(source, 0, 130)) == 20 + 30
+
+
+def test_a_change_at_the_start_has_no_older_events() -> None:
+    source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+    window = ChangeWindowPolicy(after_id=0, history_ratio=1.0).build(source, 0, 30)
+    assert window is source.recent
+    assert [c[0] for c in source.calls] == ["since"]
+
+
+def test_the_older_sample_is_drawn_with_the_seed() -> None:
+    def draw(seed: int) -> list[str]:
+        source = FakeSource(_window(100, "old-"), _window(30, "new-"))
+        policy = ChangeWindowPolicy(after_id=100, history_ratio=0.5, seed=seed)
+        return policy.build(source, 0, 130).user_ids
+
+    assert draw(1) == draw(1) != draw(2)
+
+
+@pytest.mark.parametrize(
+    "bad", [{"after_id": -1}, {"history_ratio": -0.5}, {"history_ratio": float("nan")}]
+)
+def test_a_bad_drift_window_is_refused(bad: dict) -> None:
+    with pytest.raises(ValueError):
+        ChangeWindowPolicy(**{"after_id": 10, "history_ratio": 1.0, **bad})
+
+
+def test_a_spec_builds_the_drift_window_only_for_a_drift_job_with_a_ratio() -> None:
+    assert isinstance(JobSpec(drift_history_ratio=1.0).window_policy(), WindowPolicy)
+    assert isinstance(JobSpec(change_after_id=5).window_policy(), WindowPolicy)
+    policy = JobSpec(drift_history_ratio=2.0, change_after_id=5, seed=None).window_policy()
+    assert policy == ChangeWindowPolicy(5, 2.0, 50_000, 0)
+    spec = JobSpec(drift_history_ratio=2.0, change_after_id=5)
+    assert JobSpec.from_params(spec.as_params()) == spec  # a resumed job rebuilds it

@@ -28,6 +28,7 @@ ROUTES: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("GET", "/jobs", {}, "read"),
     ("GET", "/jobs/1", {}, "read"),
     ("GET", "/drift/alerts", {}, "read"),
+    ("GET", "/drift/alerts/1", {}, "read"),
     ("GET", "/drift/heartbeats", {}, "read"),
     ("GET", "/dashboard", {}, "read"),
     ("POST", "/retrain", {}, "admin"),

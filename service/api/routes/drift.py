@@ -1,21 +1,24 @@
-"""GET /drift/alerts and the prequential heartbeat series behind them."""
+"""GET /drift/alerts (each with where its rise comes from) and the prequential heartbeat
+series behind them."""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, HTTPException, Path, Query
 
 from service.api.deps import PipelineDep
 from service.api.schemas import (
+    MAX_ALERT_ID,
     MAX_ID,
+    AlertDetailPublic,
     AlertPublic,
     AlertsPublic,
     HeartbeatPublic,
     HeartbeatsPublic,
     answers,
 )
-from service.store.alerts import list_alerts
+from service.store.alerts import get_alert, list_alerts
 
 router = APIRouter(tags=["drift"])
 
@@ -27,6 +30,21 @@ def alerts(
     with pipeline.db.connect() as conn:
         rows = list_alerts(conn, limit)
     return AlertsPublic(alerts=[AlertPublic(**row) for row in rows])
+
+
+@router.get(
+    "/drift/alerts/{alert_id}", response_model=AlertDetailPublic, responses=answers(404, 422, 503)
+)
+def alert(
+    pipeline: PipelineDep, alert_id: Annotated[int, Path(ge=1, le=MAX_ALERT_ID)]
+) -> AlertDetailPublic:
+    """One alert, with how its error rise splits across new and returning users, head and
+    tail items, and the users and items whose error rose most."""
+    with pipeline.db.connect() as conn:
+        row = get_alert(conn, alert_id)
+    if row is None:
+        raise HTTPException(404, f"no drift alert {alert_id}")
+    return AlertDetailPublic(**row)
 
 
 @router.get("/drift/heartbeats", response_model=HeartbeatsPublic, responses=answers(422, 503))
