@@ -1,0 +1,101 @@
+"""What strangers are recommended: the items most users had events for, lately.
+
+``/recommend`` answers a user the model cannot place with the items that most distinct
+users had events for among the newest ``POPULAR_WINDOW`` events. Counting them with SQL
+on every such request cost a query over the window per request; here the counts are
+kept in memory as events arrive, each event entering the window and, ``window`` events
+later, leaving it, so the work per event is constant and a request reads a ranking
+that is already sorted.
+
+Counted in distinct users, as before: one user's events count once per item, so a
+client replaying one user's rating a thousand times moves an item no more than that
+user rating it once.
+
+Concurrency, as for the serving view: one writer (the ingest path) adds and publishes
+an immutable ranking (a tuple swapped whole); readers take it without a lock.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Container, Sequence
+from heapq import nsmallest
+from itertools import islice
+
+#: Items kept in the published ranking. ``/recommend`` asks for at most 1,000 and drops
+#: the stranger's own items (at most the events it had in the window).
+RANKED = 2_000
+
+
+class PopularItems:
+    """Items ranked by distinct users among the newest ``window`` events.
+
+    Parameters
+    ----------
+    window
+        How many of the newest events count (``POPULAR_WINDOW``).
+    ranked
+        How many items the published ranking holds.
+
+    Examples
+    --------
+    >>> popular = PopularItems(window=4)
+    >>> popular.add(["a", "b", "a", "c"], ["x", "x", "x", "y"])
+    >>> popular.ranking
+    (('x', 2), ('y', 1))
+    >>> popular.add(["d", "d"], ["y", "z"])  # a's and b's first events leave the window
+    >>> popular.ranking
+    (('y', 2), ('x', 1), ('z', 1))
+    >>> popular.top(2, exclude={"y"})  # scores: shares of the window's 4 user-item pairs
+    [('x', 0.25), ('z', 0.25)]
+    """
+
+    def __init__(self, window: int, ranked: int = RANKED) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        self.window = window
+        self.ranked = ranked
+        self._events: deque[tuple[str, str]] = deque()
+        self._pairs: Counter[tuple[str, str]] = Counter()
+        self._users: Counter[str] = Counter()
+        #: The ranking and the window's distinct (user, item) pairs, published together.
+        self._published: tuple[tuple[tuple[str, int], ...], int] = ((), 0)
+
+    @property
+    def ranking(self) -> tuple[tuple[str, int], ...]:
+        """(item, distinct users) best first, ties by item id."""
+        return self._published[0]
+
+    def top(self, k: int, exclude: Container[str] = ()) -> list[tuple[str, float]]:
+        """The ``k`` best items not in ``exclude``, each scored by its share of the
+        window's distinct (user, item) pairs (lock-free)."""
+        ranking, pairs = self._published
+        chosen = islice((entry for entry in ranking if entry[0] not in exclude), k)
+        return [(item, users / pairs) for item, users in chosen]
+
+    @property
+    def pairs(self) -> int:
+        """Distinct (user, item) pairs in the window."""
+        return len(self._pairs)
+
+    def add(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> None:
+        """Let events in (oldest first), push the oldest out of the window, re-rank."""
+        if len(user_ids) != len(item_ids):
+            raise ValueError(f"{len(user_ids)} users for {len(item_ids)} items")
+        events, pairs, users = self._events, self._pairs, self._users
+        for pair in zip(user_ids, item_ids, strict=True):
+            events.append(pair)
+            pairs[pair] += 1
+            if pairs[pair] == 1:
+                users[pair[1]] += 1
+        while len(events) > self.window:
+            pair = events.popleft()
+            pairs[pair] -= 1
+            if pairs[pair] == 0:
+                del pairs[pair]
+                users[pair[1]] -= 1
+                if users[pair[1]] == 0:
+                    del users[pair[1]]
+        if user_ids:
+            ranked = nsmallest(self.ranked, users.items(), key=lambda entry: (-entry[1], entry[0]))
+            self._published = (tuple(ranked), len(pairs))
