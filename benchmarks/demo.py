@@ -143,7 +143,43 @@ def drift_table(
     cost = sum(j.get("cost_usd") or 0.0 for j in jobs)
     table.add_row("drift-triggered jobs", str(len(drift_jobs)))
     table.add_row("retraining cost, all jobs", f"${cost:.6f}")
+    for label, value in _configurator_rows(client, jobs):
+        table.add_row(label, value)
     return table
+
+
+def _configurator_rows(client: httpx.Client, jobs: list[dict]) -> list[tuple[str, str]]:
+    """What the configurator chose in the newest job: its most used config vector, and
+    how its decisions' predicted latencies compared with what the epochs took."""
+    if not jobs:
+        return []
+    newest = max(jobs, key=lambda j: j["id"])
+    detail = client.get(f"/jobs/{newest['id']}").json()
+    epochs = detail.get("epochs") or []
+    if not epochs:
+        return []
+    picks: dict[str, int] = {}
+    for epoch in epochs:
+        c = epoch["config"]
+        key = (
+            f"λ {c['workers']}, κ/λ {c['sync_ratio']:g}, {c['memory_mb']} MB, "
+            f"batch {c['batch_size']}, lr {c['learning_rate']:g}"
+        )
+        picks[key] = picks.get(key, 0) + 1
+    chosen = max(picks, key=lambda k: picks[k])
+    rows = [
+        (f"configurator ({newest['params'].get('configurator', '?')}), job {newest['id']}", chosen),
+        ("  epochs, distinct configs", f"{len(epochs)}, {len(picks)}"),
+    ]
+    decisions = [e["config"].get("decision") for e in epochs if e["config"].get("decision")]
+    if decisions:
+        ms = sorted(d["decision_ms"] for d in decisions)
+        predicted = sum(d["latency_s"] for d in decisions)
+        observed = sum(d["observed_latency_s"] or 0.0 for d in decisions)
+        rows.append(("  decision time p50", f"{ms[len(ms) // 2]:.1f} ms"))
+        rows.append(("  epoch seconds predicted / taken", f"{predicted:.2f} / {observed:.2f}"))
+    rows.append(("  job cost", f"${newest.get('cost_usd') or 0.0:.6f}"))
+    return rows
 
 
 def _segment_lines(client: httpx.Client, alert_id: int) -> list[str]:

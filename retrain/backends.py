@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from configurator.base import WorkerRun
 from configurator.space import EpochConfig
 from functions.mf import BiasedMF
 from retrain.window import RatingsWindow
@@ -28,6 +29,9 @@ class EpochOutcome:
     duration_s: float
     cost_usd: float = 0.0
     details: dict[str, Any] = field(default_factory=dict)
+    #: The worker invocations the epoch launched (distributed backends), for the
+    #: configurator's recalibration.
+    workers: tuple[WorkerRun, ...] = ()
 
 
 class TrainingBackend(ABC):

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from configurator.base import WorkerRun
 from configurator.space import EpochConfig
 from functions.artifacts import (
     ArtifactError,
@@ -211,8 +212,9 @@ class DistributedBackend(TrainingBackend):
 
     def run_epoch(self, config: EpochConfig) -> EpochOutcome:
         model = self._require_model()
-        started = time.perf_counter()
+        started = self._now()
         spent_before = sum(r.cost_usd for r in self.stats.invocations)
+        recorded_before = len(self.stats.invocations)
         self._shard(config.workers)
         snapshot = self._snapshot()
         for worker in self._workers_to_launch(config.workers):
@@ -224,16 +226,25 @@ class DistributedBackend(TrainingBackend):
         self._epoch += 1
         cost = sum(r.cost_usd for r in self.stats.invocations) - spent_before
         loss = model.mse_encoded(self._users, self._items, self._ratings)
-        duration = time.perf_counter() - started
+        duration = self._now() - started
         self.epochs.append(EpochRecord(self._epoch - 1, loss, duration, config.as_dict(), cost))
         details: dict[str, Any] = {
             "policy": self.policy.name,
-            "kappa": self.policy.kappa(config.workers),
+            "kappa": self.policy.kappa(config.workers, config.sync_ratio),
             "in_flight": len(self._running),
         }
         if self.checkpoint:
             details["checkpoint"] = self.write_checkpoint()
-        return EpochOutcome(loss=loss, duration_s=duration, cost_usd=cost, details=details)
+        runs = _worker_runs(self.stats.invocations[recorded_before:], config)
+        return EpochOutcome(
+            loss=loss, duration_s=duration, cost_usd=cost, details=details, workers=runs
+        )
+
+    def _now(self) -> float:
+        """Seconds on the runtime's clock: virtual time on the sim runtime (whose
+        workers take no real time), real time elsewhere."""
+        clock = getattr(self.runtime, "clock", None)
+        return float(clock.now) if clock is not None else time.perf_counter()
 
     # -- checkpoints -----------------------------------------------------------------------
     def write_checkpoint(self) -> str:
@@ -434,7 +445,7 @@ class DistributedBackend(TrainingBackend):
     # -- epochs --------------------------------------------------------------------------
     def _run_selective(self, config: EpochConfig) -> None:
         """Wait for κ updates of this epoch; fold in every update that has arrived."""
-        kappa = self.policy.kappa(config.workers)
+        kappa = self.policy.kappa(config.workers, config.sync_ratio)
         fresh, arrived = 0, []
         while fresh < kappa and self._running:
             for running in self._completed():
@@ -641,6 +652,28 @@ class DistributedBackend(TrainingBackend):
         if record.request_id not in self._recorded:
             self._recorded.add(record.request_id)
             self.stats.invocations.append(record)
+
+
+def _worker_runs(records: list[InvocationRecord], config: EpochConfig) -> tuple[WorkerRun, ...]:
+    """The invocations an epoch recorded, as the configurator sees them: shard samples
+    from the worker's result (or the sim runtime's label), duration, cold start."""
+    runs = []
+    for record in records:
+        result = record.result if isinstance(record.result, dict) else {}
+        samples = result.get("samples", record.labels.get("samples_trained"))
+        if samples is None:
+            continue
+        runs.append(
+            WorkerRun(
+                memory_mb=record.memory_mb,
+                samples=int(samples),
+                duration_s=record.duration_s + record.init_duration_s,
+                cold_start=record.cold_start,
+                batch_size=config.batch_size,
+                ok=record.ok,
+            )
+        )
+    return tuple(runs)
 
 
 def _scale_rows(delta: dict[str, np.ndarray] | None, shares: dict[str, np.ndarray]) -> None:

@@ -37,6 +37,9 @@ class EpochRecord:
     duration_s: float
     config: dict[str, Any]
     cost_usd: float = 0.0
+    #: Why the configurator picked ``config``, with what it predicted and what came of
+    #: it (searching configurators; see ``configurator.Decision``).
+    decision: dict[str, Any] | None = None
 
 
 @dataclass
@@ -106,7 +109,8 @@ def run_training(
             raise ValueError("a model is needed unless the backend is already prepared")
         backend.prepare(model, train)
     observations = [
-        Observation(EpochConfig(**e.config), e.duration_s, e.loss, e.cost_usd) for e in epochs
+        Observation(EpochConfig(**e.config), e.duration_s, e.loss, e.cost_usd, (), len(train))
+        for e in epochs
     ]
     earlier_s = sum(e.duration_s for e in epochs)
     started = time.perf_counter()
@@ -117,17 +121,37 @@ def run_training(
         return rule.check([e.loss for e in epochs], elapsed, spent)
 
     stop = check() if epochs else None
-    while stop is None:
-        config = configurator.propose(len(epochs), observations)
-        outcome = backend.run_epoch(config)
-        record = EpochRecord(
-            len(epochs), outcome.loss, outcome.duration_s, config.as_dict(), outcome.cost_usd
-        )
-        epochs.append(record)
-        observations.append(Observation(config, outcome.duration_s, outcome.loss, outcome.cost_usd))
-        if on_epoch is not None:
-            on_epoch(record)
-        stop = check()
+    try:
+        while stop is None:
+            config = configurator.propose(len(epochs), observations)
+            outcome = backend.run_epoch(config)
+            decision = configurator.last_decision
+            if decision is not None:
+                decision = decision.observed(outcome.duration_s, outcome.cost_usd)
+            record = EpochRecord(
+                len(epochs),
+                outcome.loss,
+                outcome.duration_s,
+                config.as_dict(),
+                outcome.cost_usd,
+                decision.as_dict() if decision is not None else None,
+            )
+            epochs.append(record)
+            observations.append(
+                Observation(
+                    config,
+                    outcome.duration_s,
+                    outcome.loss,
+                    outcome.cost_usd,
+                    outcome.workers,
+                    len(train),
+                )
+            )
+            if on_epoch is not None:
+                on_epoch(record)
+            stop = check()
+    finally:
+        configurator.close(observations)
     trained = backend.result()
     return JobResult(
         model=trained,

@@ -29,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from configurator import make_configurator
+from configurator import Configurator, History, JobContext, make_configurator
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectStore
@@ -42,9 +42,14 @@ from retrain.job import EpochRecord, JobResult, run_training, starting_model
 from retrain.spec import JobSpec
 from retrain.stats import CoordinatorStats
 from retrain.sync import sync_policy
-from retrain.window import WindowSource
+from retrain.window import RatingsWindow, WindowSource
 
 log = logging.getLogger(__name__)
+
+#: The most workers a configurator may pick per runtime: Lambda's default concurrency
+#: (the sim runtime simulates it); on runtimes of this machine's processes or threads,
+#: the spec's own λ, since more than that only contend for its cores.
+_MAX_WORKERS = {"lambda": 1000, "sim": 1000}
 
 #: In-flight invocations the local runtime allows per worker: selective sync starts a
 #: straggler's shard again while the straggler still runs, as Lambda would.
@@ -301,7 +306,7 @@ class Retrainer:
                 model,
                 window,
                 backend,
-                make_configurator(spec.configurator, spec.epoch_config()),
+                self._configurator(job_id, spec, window, model),
                 spec.rule(),
                 on_epoch=lambda record: self._recorder.epoch(job_id, record),
             )
@@ -560,7 +565,7 @@ class Retrainer:
                 None,
                 window,
                 backend,
-                make_configurator(spec.configurator, spec.epoch_config()),
+                self._configurator(job_id, spec, window, backend.model),
                 spec.rule(),
                 on_epoch=lambda record: self._recorder.epoch(job_id, record),
                 history=backend.epochs,
@@ -571,6 +576,26 @@ class Retrainer:
             self._finish_in_background(run, keep_checkpoint=False)
             raise
         return run
+
+    def _configurator(
+        self, job_id: int, spec: JobSpec, window: RatingsWindow, model: BiasedMF
+    ) -> Configurator:
+        """The spec's configurator, told what the job is, warm from earlier jobs'
+        observations in the object store."""
+        train_samples = len(window) - len(window) // 10  # run_training holds out a tenth
+        context = JobContext(
+            train_samples=max(train_samples, 1),
+            factors=spec.factors,
+            model_rows=model.n_users + model.n_items,
+            latency_cap_s=spec.latency_cap_s,
+            budget_usd=spec.budget_usd,
+            max_epochs=spec.max_epochs,
+            job_id=coordinator_job(job_id),
+            max_workers=_MAX_WORKERS.get(spec.runtime, spec.workers),
+        )
+        return make_configurator(
+            spec.configurator, spec.epoch_config(), context, History(self._store)
+        )
 
     # -- placement --------------------------------------------------------------------
     def _backend(self, job_id: int, spec: JobSpec) -> TrainingBackend:

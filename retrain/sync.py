@@ -56,9 +56,10 @@ class SyncPolicy:
         """Selective: every shard starts on the new snapshot, a straggler's included."""
         return self.name == "selective"
 
-    def kappa(self, workers: int) -> int:
-        """κ: the updates of this epoch an epoch waits for."""
-        return _KAPPA[self.name](self.ratio, workers)
+    def kappa(self, workers: int, ratio: float | None = None) -> int:
+        """κ: the updates of this epoch an epoch waits for; ``ratio`` is the epoch's
+        own κ/λ (the configurator's pick), in place of the policy's, where it takes one."""
+        return _KAPPA[self.name](self.ratio if ratio is None else ratio, workers)
 
 
 #: κ of each policy, given the sync ratio and λ.

@@ -100,7 +100,10 @@ class StoreJobRecorder:
                 epoch=record.epoch,
                 loss=record.loss,
                 duration_s=record.duration_s,
-                config=record.config,
+                # The configurator's decision rides with the config vector it chose.
+                config={**record.config, "decision": record.decision}
+                if record.decision
+                else record.config,
             )
 
     def succeeded(

@@ -182,8 +182,12 @@ class Settings(BaseSettings):
         "adwin", description="When to retrain: a name in retrain.policies.POLICIES."
     )
     retrain_configurator: str = Field(
-        "static",
-        description="Who picks each epoch's config vector: a name in configurator.CONFIGURATORS.",
+        "gp",
+        description=(
+            "Who picks each epoch's config vector: a name in configurator.CONFIGURATORS "
+            "(gp: GP-OPT, the cheapest config that meets the deadline; static: the "
+            "RETRAIN_WORKERS, RETRAIN_MEMORY_MB, ... defaults every epoch)."
+        ),
     )
     retrain_sync: str = Field(
         "selective",

@@ -1,0 +1,499 @@
+"""``driftline bench configurator``: GP-OPT against its baselines on the same truth.
+
+Each scenario is a retraining job: a window of 10k, 100k or 1M ratings (MovieLens-sized
+model), a tight or a loose deadline, a cold start or a warm one (a previous job's
+observations and hyper-parameters in the store), and one job whose window jumps from
+100k to 1M ratings half-way. Every method runs every scenario for ``seeds`` seeds of
+``epochs`` epochs against the ground truth of :mod:`benchmarks.gpopt.truth` (epoch
+noise drawn from a generator seeded by scenario, seed and epoch, so methods meet the
+same luck). The deadline share of an epoch is ``LATENCY_CAP_SECONDS / max_epochs``:
+tight is the 10th and loose the 50th percentile of the candidates' true 90th-percentile
+epoch latency, so a tenth or half of the space is feasible.
+
+Reported, medians over seeds and scenarios (spreads as 25th-75th percentiles):
+
+* ``regret.<method>.<k>``: the k-th decision's true cost per progress over the feasible
+  optimum's, minus one (at least 0: a pick cheaper than the optimum is infeasible, and
+  counted in ``violations`` when it runs late);
+* ``violations.<method>``: the share of epochs longer than the deadline share the
+  method was given;
+* ``job_cost_usd.<method>`` and ``cost_vs_oracle.<method>``: what a job costs until its
+  loss reaches what the oracle's reaches in ``target_epochs`` epochs (a job that never
+  gets there is charged all its epochs and counted in ``target_missed``), and its ratio
+  to the oracle's; ``deadline_met.<method>``: the share of jobs that got there within
+  ``LATENCY_CAP_SECONDS``;
+* ``epochs_to_10pct`` and ``epochs_to_5pct``: the first epoch from which the regret
+  stays at or below 10 % / 5 %;
+* ``latency_error_median`` and ``interval_coverage``: GP-OPT's latency prediction error
+  after 10 epochs and how often the observed latency lay in its 90 % interval;
+* ``decision_ms_p50``/``_p99``: ``propose()`` with 200 observations and 5,000 candidates
+  (after pruning), next to ``naive_decision_ms_p99``: the same GPs predicted by exact
+  gpytorch (a full posterior, prediction caches rebuilt every call);
+* ``regret_plot``: a PNG of median regret against epochs per method.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.gpopt.methods import (
+    CherryPickConfigurator,
+    GridConfigurator,
+    OracleConfigurator,
+    RandomConfigurator,
+    SklearnSurrogate,
+    gp_opt,
+    static,
+)
+from benchmarks.gpopt.progress import ProgressTable, measure_progress
+from benchmarks.gpopt.truth import Truth
+from configurator.base import Configurator, JobContext, Observation
+from configurator.history import History
+from configurator.space import Candidates, EpochConfig, SearchSpace
+
+log = logging.getLogger(__name__)
+
+METHODS = (
+    "gp",
+    "random",
+    "grid",
+    "static",
+    "analytic",
+    "analytic_calibrated",
+    "cherrypick",
+    "sklearn_gp",
+    "oracle",
+)
+#: Methods that read earlier jobs' observations: the only ones a warm start changes.
+WARM_METHODS = ("gp", "sklearn_gp")
+REPORTED_EPOCHS = (1, 3, 5, 10, 15, 20, 50)
+SIZES = (10_000, 100_000, 1_000_000)
+#: Users plus items of the model: MovieLens-latest-small's 610 users and 9,724 items.
+MODEL_ROWS = 10_334
+DEFAULT = EpochConfig(
+    batch_size=1024, learning_rate=0.05, workers=4, sync_ratio=0.75, memory_mb=1024
+)
+
+
+@dataclass(frozen=True)
+class Scenario:
+    name: str
+    samples: int
+    tightness: float
+    warm: bool = False
+    jump_to: int | None = None
+
+
+def scenarios(sizes: tuple[int, ...] = SIZES) -> list[Scenario]:
+    out = []
+    for n in sizes:
+        for label, q in (("tight", 0.1), ("loose", 0.5)):
+            out.append(Scenario(f"{_size(n)}-{label}-cold", n, q))
+    middle = sizes[len(sizes) // 2]
+    for label, q in (("tight", 0.1), ("loose", 0.5)):
+        out.append(Scenario(f"{_size(middle)}-{label}-warm", middle, q, warm=True))
+    out.append(Scenario(f"jump-{_size(middle)}-{_size(sizes[-1])}", middle, 0.5, jump_to=sizes[-1]))
+    return out
+
+
+def _size(n: int) -> str:
+    return f"{n // 1_000_000}M" if n >= 1_000_000 else f"{n // 1000}k"
+
+
+class MemoryStore:
+    """An in-memory blob store for the warm start's history."""
+
+    def __init__(self) -> None:
+        self.blobs: dict[str, bytes] = {}
+
+    def put(self, key: str, data: bytes) -> None:
+        self.blobs[key] = data
+
+    def get(self, key: str) -> bytes:
+        return self.blobs[key]
+
+    def list(self, prefix: str) -> list[str]:
+        return [k for k in self.blobs if k.startswith(prefix)]
+
+
+@dataclass
+class Run:
+    """One method's job in one scenario and seed."""
+
+    regret: list[float]
+    violated: list[bool]
+    costs: list[float]
+    latencies: list[float]
+    losses: list[float]
+    predicted: list[tuple[float, float, float] | None]
+
+
+class Job:
+    """A scenario's truth, deadline and oracle, shared by its methods."""
+
+    def __init__(
+        self, scenario: Scenario, progress: ProgressTable, space: SearchSpace, epochs: int
+    ) -> None:
+        self.scenario = scenario
+        self.space = space
+        self.epochs = epochs
+        self.grid = space.grid()
+        context = JobContext(scenario.samples, 8, MODEL_ROWS, 1.0, None, epochs)
+        self.truth = Truth(context, progress)
+        self.jumped = self.truth.with_samples(scenario.jump_to) if scenario.jump_to else None
+        q90 = self.truth.quantile_latency(self.grid, 0.9)
+        self.share = float(np.quantile(q90, scenario.tightness))
+        self.context = JobContext(
+            scenario.samples, 8, MODEL_ROWS, self.share * epochs, None, epochs, job_id="bench"
+        )
+        self.oracle = OracleConfigurator(space, self.truth_at, lambda t: self.share)
+        self._best = {}
+        for which in {self.truth_at(0), self.truth_at(epochs - 1)}:
+            row = self.oracle.best_row(0 if which is self.truth else epochs - 1)
+            self._best[id(which)] = float(which.objective(self.grid.take(np.array([row])), 0)[0])
+
+    def truth_at(self, epoch: int) -> Truth:
+        if self.jumped is not None and epoch >= self.epochs // 2:
+            return self.jumped
+        return self.truth
+
+    def regret(self, config: EpochConfig, epoch: int) -> float:
+        truth = self.truth_at(epoch)
+        value = float(truth.objective(Candidates.of([config]), 0)[0])
+        return max(0.0, value / self._best[id(truth)] - 1.0)
+
+    def deadline_for(self, history: list[Observation]) -> float:
+        left = max(1, self.epochs - len(history))
+        return max(self.context.latency_cap_s - sum(o.duration_s for o in history), 1e-3) / left
+
+    def run(self, method: Configurator, seed: int) -> Run:
+        history: list[Observation] = []
+        out = Run([], [], [], [], [], [])
+        loss = 1.0
+        for t in range(self.epochs):
+            deadline = self.deadline_for(history)
+            config = method.propose(t, history)
+            decision = getattr(method, "last_decision", None)
+            truth = self.truth_at(t)
+            rng = np.random.default_rng([seed, t, abs(hash(self.scenario.name)) % (1 << 31)])
+            outcome = truth.run(config, history[-1].config if history else None, t, rng)
+            loss *= 1.0 - outcome.progress
+            samples = truth.context.train_samples
+            history.append(
+                Observation(
+                    config, outcome.latency_s, loss, outcome.cost_usd, outcome.workers, samples
+                )
+            )
+            out.regret.append(self.regret(config, t))
+            out.violated.append(outcome.latency_s > deadline * (1 + 1e-9))
+            out.costs.append(outcome.cost_usd)
+            out.latencies.append(outcome.latency_s)
+            out.losses.append(loss)
+            out.predicted.append(
+                (decision.latency_s, *decision.latency_interval_s) if decision is not None else None
+            )
+        method.close(history)
+        return out
+
+
+def _methods(job: Job, seed: int, history: History | None) -> dict[str, Callable[[], Configurator]]:
+    space, context = job.space, job.context
+    deadline = lambda t: job.share  # noqa: E731 - the nominal share, as the oracle's
+    return {
+        "gp": lambda: gp_opt(DEFAULT, context, space, history),
+        "random": lambda: RandomConfigurator(space, seed),
+        "grid": lambda: GridConfigurator(space, seed, deadline),
+        "static": lambda: static(DEFAULT),
+        "analytic": lambda: gp_opt(DEFAULT, context, space, use_gp=False, calibrate=False),
+        "analytic_calibrated": lambda: gp_opt(DEFAULT, context, space, use_gp=False),
+        "cherrypick": lambda: CherryPickConfigurator(space, context, seed, deadline),
+        "sklearn_gp": lambda: gp_opt(DEFAULT, context, space, history, surrogates=SklearnSurrogate),
+        "oracle": lambda: job.oracle,
+    }
+
+
+def _warm_history(job: Job, seed: int, surrogate: str) -> History:
+    """A previous job's observations (another seed, fewer epochs), kept in a store."""
+    store = MemoryStore()
+    history = History(store)
+    previous = Job(job.scenario, job.truth.progress, job.space, min(job.epochs, 15))
+    extra = {"surrogates": SklearnSurrogate} if surrogate == "sklearn_gp" else {}
+    method = gp_opt(DEFAULT, _with_id(previous.context, "prev-1"), job.space, history, **extra)
+    previous.run(method, seed + 10_000)
+    return History(store)
+
+
+def _with_id(context: JobContext, job_id: str) -> JobContext:
+    return JobContext(**{**context.__dict__, "job_id": job_id})
+
+
+def _first_below(regret: list[float], level: float) -> int | None:
+    """1-based epoch from which the regret stays at or below ``level``."""
+    above = [i for i, r in enumerate(regret) if r > level + 1e-12]
+    first = (above[-1] + 1) if above else 0
+    return first + 1 if first < len(regret) else None
+
+
+def _cost_to_target(run: Run, target: float) -> tuple[float, float, bool]:
+    for i, loss in enumerate(run.losses):
+        if loss <= target:
+            return sum(run.costs[: i + 1]), sum(run.latencies[: i + 1]), True
+    return sum(run.costs), sum(run.latencies), False
+
+
+def run_configurator(
+    dataset: Path | None = None,
+    limit: int | None = None,
+    batch_size: int = 500,
+    seeds: int = 30,
+    epochs: int = 50,
+    target_epochs: int = 20,
+    sizes: tuple[int, ...] = SIZES,
+    methods: tuple[str, ...] = METHODS,
+    space: SearchSpace | None = None,
+    progress: ProgressTable | None = None,
+    decision_timing: bool = True,
+    plot: Path | None = None,
+) -> dict[str, Any]:
+    """Run the benchmark; returns its figures (see the module docstring).
+
+    BLAS and torch run on one thread each: on a small shared machine their thread pools
+    spin against each other (a GP fit on 20 points took 40 ms per gradient otherwise).
+    """
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        return _run(
+            seeds, epochs, target_epochs, sizes, methods, space, progress, decision_timing, plot
+        )
+
+
+def _run(
+    seeds: int,
+    epochs: int,
+    target_epochs: int,
+    sizes: tuple[int, ...],
+    methods: tuple[str, ...],
+    space: SearchSpace | None,
+    progress: ProgressTable | None,
+    decision_timing: bool,
+    plot: Path | None,
+) -> dict[str, Any]:
+    space = space or SearchSpace()
+    started = time.perf_counter()
+    progress = progress or measure_progress(space)
+    runs: dict[str, list[tuple[Scenario, Run]]] = {m: [] for m in methods}
+    targets_missed: dict[str, int] = dict.fromkeys(methods, 0)
+    job_costs: dict[str, list[float]] = {m: [] for m in methods}
+    cost_ratio: dict[str, list[float]] = {m: [] for m in methods}
+    met: dict[str, list[bool]] = {m: [] for m in methods}
+    for scenario in scenarios(sizes):
+        job = Job(scenario, progress, space, epochs)
+        for seed in range(seeds):
+            done: dict[str, Run] = {}
+            for name in methods:
+                if scenario.warm and name not in WARM_METHODS and name != "oracle":
+                    continue  # identical to its cold run
+                history = (
+                    _warm_history(job, seed, name)
+                    if scenario.warm and name in WARM_METHODS
+                    else None
+                )
+                done[name] = job.run(_methods(job, seed, history)[name](), seed)
+                runs[name].append((scenario, done[name]))
+            oracle = done.get("oracle") or job.run(job.oracle, seed)
+            target = oracle.losses[min(target_epochs, epochs) - 1]
+            oracle_cost, _, _ = _cost_to_target(oracle, target)
+            for name, run in done.items():
+                cost, latency, reached = _cost_to_target(run, target)
+                targets_missed[name] += not reached
+                job_costs[name].append(cost)
+                cost_ratio[name].append(cost / oracle_cost)
+                met[name].append(reached and latency <= job.context.latency_cap_s)
+        log.info("scenario %s done after %.0f s", scenario.name, time.perf_counter() - started)
+    figures = _report(runs, methods, epochs)
+    figures.update(
+        {
+            "job_cost_usd": {m: _median(v) for m, v in job_costs.items()},
+            "cost_vs_oracle": {m: _median(v) for m, v in cost_ratio.items()},
+            "cost_vs_oracle_spread": {m: _spread(v) for m, v in cost_ratio.items()},
+            "deadline_met": {m: float(np.mean(v)) if v else None for m, v in met.items()},
+            "target_missed": targets_missed,
+            "candidates": len(space),
+            "seeds": seeds,
+            "epochs": epochs,
+            "scenarios": [s.name for s in scenarios(sizes)],
+            "progress_decay": progress.decay,
+            "progress_noise_sd": progress.noise_sd,
+        }
+    )
+    static_cost, gp_cost = job_costs.get("static"), job_costs.get("gp")
+    if static_cost and gp_cost:
+        figures["gp_saving_vs_static"] = 1.0 - _median(
+            [g / s for g, s in zip(gp_cost, static_cost, strict=False)]
+        )
+    if "gp" in methods:
+        figures.update(_prediction_quality(runs["gp"]))
+    if decision_timing:
+        figures.update(decision_times(space))
+    if plot is not None:
+        figures["regret_plot"] = str(_plot(figures, methods, epochs, plot))
+    figures["bench_seconds"] = time.perf_counter() - started
+    return figures
+
+
+def _median(values: list[float]) -> float | None:
+    finite = [v for v in values if v is not None and math.isfinite(v)]
+    return float(np.median(finite)) if finite else None
+
+
+def _spread(values: list[float]) -> list[float] | None:
+    finite = [v for v in values if math.isfinite(v)]
+    return [float(np.quantile(finite, 0.25)), float(np.quantile(finite, 0.75))] if finite else None
+
+
+def _report(
+    runs: dict[str, list[tuple[Scenario, Run]]], methods: tuple[str, ...], epochs: int
+) -> dict[str, Any]:
+    regret: dict[str, dict[str, float | None]] = {}
+    spread: dict[str, dict[str, list[float] | None]] = {}
+    curve: dict[str, list[float | None]] = {}
+    violations: dict[str, float] = {}
+    to10: dict[str, float | None] = {}
+    to5: dict[str, float | None] = {}
+    for name in methods:
+        done = [r for _, r in runs[name]]
+        if not done:
+            continue
+        matrix = np.array([r.regret for r in done])
+        curve[name] = [float(np.median(matrix[:, k])) for k in range(matrix.shape[1])]
+        regret[name] = {str(k): curve[name][k - 1] for k in REPORTED_EPOCHS if k <= epochs}
+        spread[name] = {
+            str(k): [float(np.quantile(matrix[:, k - 1], q)) for q in (0.25, 0.75)]
+            for k in REPORTED_EPOCHS
+            if k <= epochs
+        }
+        violations[name] = float(np.mean([v for r in done for v in r.violated]))
+        firsts10 = [_first_below(r.regret, 0.10) for r in done]
+        firsts5 = [_first_below(r.regret, 0.05) for r in done]
+        to10[name] = _median([f if f is not None else math.inf for f in firsts10])
+        to5[name] = _median([f if f is not None else math.inf for f in firsts5])
+    return {
+        "regret": regret,
+        "regret_spread": spread,
+        "regret_curve": curve,
+        "violations": violations,
+        "epochs_to_10pct": to10,
+        "epochs_to_5pct": to5,
+    }
+
+
+def _prediction_quality(runs: list[tuple[Scenario, Run]]) -> dict[str, Any]:
+    errors, inside = [], []
+    for _, run in runs:
+        for t, (observed, predicted) in enumerate(zip(run.latencies, run.predicted, strict=True)):
+            if predicted is None:
+                continue
+            mean, low, high = predicted
+            inside.append(low <= observed <= high)
+            if t >= 10:
+                errors.append(abs(mean - observed) / observed)
+    return {
+        "latency_error_median": _median(errors),
+        "interval_coverage": float(np.mean(inside)) if inside else None,
+    }
+
+
+def decision_times(
+    space: SearchSpace, observations: int = 200, candidates: int = 5000, repeats: int = 30
+) -> dict[str, Any]:
+    """``propose()`` with ``observations`` epochs observed and ``candidates`` kept after
+    pruning, against exact gpytorch prediction without caching on the same data."""
+    import torch
+
+    from configurator.gp import OUTPUTS
+
+    context = JobContext(100_000, 8, MODEL_ROWS, 1e6, None, observations + repeats + 1, job_id="t")
+    method = gp_opt(DEFAULT, context, space, keep=candidates)
+    rng = np.random.default_rng(0)
+    grid = space.grid()
+    history: list[Observation] = []
+    loss = 1.0
+    for _ in range(observations):
+        config = grid.config(int(rng.integers(len(grid))))
+        loss *= 0.99
+        history.append(
+            Observation(
+                config,
+                float(rng.uniform(0.1, 2.0)),
+                loss,
+                float(rng.uniform(1e-6, 1e-4)),
+                (),
+                100_000,
+            )
+        )
+    method.propose(observations, history)  # fits the hyper-parameters once
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        method.propose(observations, history)
+        times.append((time.perf_counter() - t0) * 1000)
+    x, residuals, masks = method._observations(history, method._model)
+    features = np.column_stack(
+        [grid.features(space.bounds())[:candidates], np.zeros((candidates, 1))]
+    )
+    naive = []
+    for _ in range(max(3, repeats // 6)):
+        t0 = time.perf_counter()
+        for name in OUTPUTS:
+            surrogate = method._surrogates[name]
+            gp = surrogate.build_model(x[masks[name]], residuals[name][masks[name]])  # type: ignore[attr-defined]
+            gp.eval()
+            with torch.no_grad():
+                posterior = gp(torch.as_tensor(features))
+                posterior.mean.numpy(), posterior.covariance_matrix.diagonal().numpy()
+        naive.append((time.perf_counter() - t0) * 1000)
+    kept = method.last_decision.extra.get("scored") if method.last_decision else None
+    return {
+        "decision_ms_p50": float(np.percentile(times, 50)),
+        "decision_ms_p99": float(np.percentile(times, 99)),
+        "naive_decision_ms_p99": float(np.percentile(naive, 99)),
+        "decision_observations": observations,
+        "decision_candidates_scored": kept,
+    }
+
+
+def _plot(figures: dict[str, Any], methods: tuple[str, ...], epochs: int, path: Path) -> Path:
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for name in methods:
+        curve = figures["regret_curve"].get(name)
+        if curve:
+            ax.plot(range(1, len(curve) + 1), [max(c, 1e-4) for c in curve], label=name)
+    ax.set_yscale("log")
+    ax.set_xlabel("epoch")
+    ax.set_ylabel("median regret (cost per progress over the optimum's, − 1)")
+    ax.axhline(0.10, color="grey", lw=0.5, ls="--")
+    ax.axhline(0.05, color="grey", lw=0.5, ls=":")
+    ax.legend(fontsize=7, ncol=3)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+__all__ = ["run_configurator", "scenarios", "decision_times"]

@@ -1,0 +1,535 @@
+"""GP-OPT: each epoch's config vector for the lowest cost per progress within the deadline.
+
+SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
+
+1. **Prior.** The analytic epoch model (:mod:`configurator.performance`), recalibrated
+   from the newest epoch's λ invocation records, predicts every candidate's latency
+   (an order statistic), cost (arithmetic) and loss progress.
+2. **Pruning.** Candidates past the workers' time limit, those the prior deems
+   infeasible with high probability even allowing for its own error, and those
+   ε-dominated in latency and cost per progress (CE-scaling's Pareto boundary, widened
+   by what the residual GPs could still change) are dropped; at most ``keep`` remain.
+3. **Posterior.** Residual GPs (:mod:`configurator.surrogate`) correct the prior where
+   there are observations — this job's and, warm, earlier jobs' — scored as marginals.
+4. **Decision.** Feasible means ``P(latency ≤ the epoch's share of what is left of
+   LATENCY_CAP_SECONDS) ≥ confidence`` and the same for the budget. The incumbent is
+   the feasible candidate with the best posterior-mean cost per progress; the pick is
+   the largest log constrained expected improvement over it among feasible candidates
+   not more than ``explore_slack`` dearer (safe, cost-aware exploration). The first
+   epoch is the prior's best feasible candidate. Changing memory or λ costs cold
+   containers: the prior charges them to the epoch that switches (amortised over the
+   epochs left in the objective), and a switch must also promise ``switch_gain``.
+5. **Refit off the critical path.** Hyper-parameters are refitted on a thread while the
+   epoch runs (on a growing schedule: 1, 2, 3, 5, 8, ... points); ``propose`` only
+   conditions the GPs on the newest epoch and ranks.
+
+Every decision is kept in ``last_decision`` (candidates, predictions with intervals,
+decision time), which the job records.
+
+References
+----------
+SandPiper (papers/004) §IV-B, Algorithm 1, Eq. 3; CE-scaling (papers/003) §III-B;
+O. Alipourfard et al., "CherryPick: adaptively unearthing the best cloud configurations
+for big data analytics", NSDI 2017; F. Berkenkamp et al., "Safe model-based reinforcement
+learning with stability guarantees" (safe sets); S. Ament et al., NeurIPS 2023 (log EI).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import numpy as np
+from scipy.special import ndtr
+
+from configurator.acquisition import log_constrained_ei
+from configurator.base import Configurator, Decision, JobContext, Observation
+from configurator.history import History, PastEpoch, PastJob
+from configurator.performance import EpochModel, Prediction, epoch_progress, recalibrate
+from configurator.space import Candidates, EpochConfig, SearchSpace
+from configurator.surrogate import SURROGATES, Surrogate
+
+log = logging.getLogger(__name__)
+
+#: The three residuals modelled: log latency, log cost, log progress.
+OUTPUTS = ("latency", "cost", "progress")
+
+
+@dataclass(frozen=True)
+class GpOptSettings:
+    """How GP-OPT decides.
+
+    Parameters
+    ----------
+    confidence
+        Probability with which the epoch must meet its deadline share (and budget).
+    explore_slack
+        Explore only candidates whose posterior-mean cost per progress is at most this
+        much above the incumbent's (0.25: 25 % dearer).
+    switch_gain
+        Least predicted relative gain for which memory or λ change.
+    keep
+        Most candidates left after pruning (scored by the GPs).
+    use_gp, calibrate
+        Switch off the residual GPs, or the analytic model's recalibration: the
+        benchmark's ``analytic_calibrated`` and ``analytic`` baselines.
+    surrogate
+        A name in ``SURROGATES``.
+    background
+        Refit hyper-parameters on a thread (the service); False refits in line after the
+        decision (reproducible: benchmarks and tests).
+    refit_growth
+        Refit when the distinct observations have grown by this factor since the last
+        refit.
+    """
+
+    confidence: float = 0.9
+    explore_slack: float = 0.25
+    switch_gain: float = 0.03
+    keep: int = 2000
+    use_gp: bool = True
+    calibrate: bool = True
+    surrogate: str = "gpytorch"
+    background: bool = True
+    refit_growth: float = 1.5
+
+    def __post_init__(self) -> None:
+        if not 0.5 <= self.confidence < 1:
+            raise ValueError(f"confidence must be in [0.5, 1), got {self.confidence}")
+        if self.explore_slack < 0 or self.switch_gain < 0:
+            raise ValueError("explore_slack and switch_gain must not be negative")
+        if self.keep < 1:
+            raise ValueError(f"keep must be at least 1, got {self.keep}")
+        if self.refit_growth <= 1:
+            raise ValueError(f"refit_growth must exceed 1, got {self.refit_growth}")
+        if self.surrogate not in SURROGATES:
+            raise ValueError(
+                f"unknown surrogate {self.surrogate!r}; choose from {sorted(SURROGATES)}"
+            )
+
+
+@dataclass(frozen=True)
+class _Scored:
+    """The kept candidates with their posterior (natural logs)."""
+
+    rows: np.ndarray
+    lat: np.ndarray
+    lat_sd: np.ndarray
+    cost: np.ndarray
+    cost_sd: np.ndarray
+    objective: np.ndarray
+    objective_sd: np.ndarray
+    p_feasible: np.ndarray
+
+
+class GpOptConfigurator(Configurator):
+    """SandPiper's GP-OPT; see the module docstring.
+
+    Parameters
+    ----------
+    default
+        The job's default config vector: the fallback when no context is given.
+    context
+        What the job is (window size, deadline, budget); without it the configurator
+        proposes ``default`` (a job that never said what it is).
+    settings
+        :class:`GpOptSettings`.
+    space
+        The candidates (:class:`SearchSpace`).
+    prior
+        The uncalibrated analytic model (the sim runtime's ``DEFAULT_MODEL``).
+    history
+        Earlier jobs' observations (warm start), and where this job's are kept.
+    surrogates
+        Builds a surrogate per output; defaults to ``SURROGATES[settings.surrogate]``.
+    """
+
+    def __init__(
+        self,
+        default: EpochConfig,
+        context: JobContext | None = None,
+        settings: GpOptSettings | None = None,
+        space: SearchSpace | None = None,
+        prior: EpochModel | None = None,
+        history: History | None = None,
+        surrogates: Callable[[], Surrogate] | None = None,
+    ) -> None:
+        self.default = default
+        self.context = context
+        self.settings = settings or GpOptSettings()
+        space = space or SearchSpace()
+        if context is not None and max(space.workers) > context.max_workers:
+            fits = tuple(w for w in space.workers if w <= context.max_workers) or (1,)
+            space = replace(space, workers=fits)
+        self.space = space
+        self.prior = prior or EpochModel.prior()
+        self.history = history
+        build = surrogates or SURROGATES[self.settings.surrogate]
+        self._surrogates: dict[str, Surrogate] = {name: build() for name in OUTPUTS}
+        self._grid = self.space.grid()
+        self._bounds = self.space.bounds()
+        self._features = self._grid.features(self._bounds)
+        self._past = history.load() if history is not None else []
+        self._seed_hyperparameters()
+        self._refit_at = 1
+        self._fit_thread: threading.Thread | None = None
+        self._pending_state: dict[str, dict[str, Any]] | None = None
+        self._lock = threading.Lock()
+        self._model = self.prior
+        self._last_history: Sequence[Observation] = ()
+        self.last_decision: Decision | None = None
+        self.decisions: list[Decision] = []
+
+    # -- the decision ---------------------------------------------------------------------
+    def propose(self, epoch: int, history: Sequence[Observation]) -> EpochConfig:
+        if self.context is None:
+            return self.default
+        started = time.perf_counter()
+        self._take_refit()
+        context = self.context
+        samples = history[-1].samples if history and history[-1].samples else None
+        samples = samples or context.train_samples
+        model = self.prior
+        if self.settings.calibrate and history:
+            model = recalibrate(self.prior, history, context)
+        self._model = model
+        if self.settings.use_gp and (history or self._past):
+            self._condition(history, model, optimise=False)
+        previous = history[-1].config if history else None
+        deadline, budget = self._shares(epoch, history)
+        now = model.predict(self._grid, context, samples=samples, previous=previous)
+        steady = model.predict(self._grid, context, samples=samples, previous=self._grid)
+        rows = self._prune(now, steady, deadline)
+        scored = self._score(rows, now, steady, history, samples, epoch, deadline, budget)
+        pick, reason, considered = self._decide(scored, history, epoch)
+        config = self._grid.config(int(scored.rows[pick]))
+        decision = self._decision(scored, pick, reason, considered, deadline, started)
+        self.last_decision = decision
+        self.decisions.append(decision)
+        self._last_history = list(history)
+        self._schedule_refit(history, model)
+        return config
+
+    def _shares(self, epoch: int, history: Sequence[Observation]) -> tuple[float, float]:
+        """This epoch's share of the time and money left: what is left over the epochs
+        left (a job may stop early, so this errs on the safe side)."""
+        context = self.context
+        assert context is not None
+        left = max(1, context.max_epochs - epoch)
+        elapsed = sum(o.duration_s for o in history)
+        deadline = max(context.latency_cap_s - elapsed, 1e-3) / left
+        spent = sum(o.cost_usd for o in history)
+        budget = math.inf
+        if context.budget_usd is not None:
+            budget = max(context.budget_usd - spent, 1e-12) / left
+        return deadline, budget
+
+    def _prune(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
+        """Rows worth scoring: within the time limit, not infeasible with high
+        probability, not ε-dominated; at most ``keep``, best first."""
+        assert self.context is not None
+        epistemic = self._prior_sd("latency")
+        sd = np.sqrt(now.log_latency_sd**2 + epistemic**2)
+        plausible = (
+            ndtr((math.log(deadline) - now.log_latency) / sd) >= 1 - self.settings.confidence
+        )
+        plausible &= now.worker_tail_s < self.context.timeout_s
+        rows = np.flatnonzero(plausible)
+        if not len(rows):  # nothing could meet the deadline: the fastest are what is left
+            rows = np.argsort(now.log_latency)[: self.settings.keep]
+            return rows
+        objective = steady.log_cost - steady.log_progress
+        eps = math.hypot(self._prior_sd("cost"), self._prior_sd("progress"))
+        keep = _undominated(now.log_latency[rows], objective[rows], epistemic, eps)
+        rows = rows[keep]
+        return rows[np.argsort(objective[rows])[: self.settings.keep]]
+
+    def _prior_sd(self, output: str) -> float:
+        """How far the residual GP of ``output`` could move a prediction (its prior sd)."""
+        if not self.settings.use_gp:
+            return 0.0
+        state = self._surrogates[output].state()
+        scale = state.get("outputscale") if state else None
+        return math.sqrt(scale) if scale else 0.5
+
+    def _score(
+        self,
+        rows: np.ndarray,
+        now: Prediction,
+        steady: Prediction,
+        history: Sequence[Observation],
+        samples: int,
+        epoch: int,
+        deadline: float,
+        budget: float,
+    ) -> _Scored:
+        """Posterior of the kept rows: prior plus residual GP, objective amortising this
+        epoch's switching cost over the epochs left."""
+        assert self.context is not None
+        lat, lat_sd = now.log_latency[rows], now.log_latency_sd[rows]
+        cost, cost_sd = now.log_cost[rows], now.log_cost_sd[rows]
+        steady_cost, progress = steady.log_cost[rows], steady.log_progress[rows]
+        progress_sd = steady.log_progress_sd[rows]
+        epi = {name: np.zeros(len(rows)) for name in OUTPUTS}
+        if self.settings.use_gp and (history or self._past):
+            x = np.column_stack(
+                [self._features[rows], np.full((len(rows), 1), self._context_feature(samples))]
+            )
+            shifts = {}
+            for name in OUTPUTS:
+                mean, var = self._surrogates[name].predict(x)
+                shifts[name], epi[name] = mean, var
+            lat, cost = lat + shifts["latency"], cost + shifts["cost"]
+            steady_cost = steady_cost + shifts["cost"]
+            progress = progress + shifts["progress"]
+        left = max(1, self.context.max_epochs - epoch)
+        switching = np.log1p(np.maximum(np.exp(cost - steady_cost) - 1.0, 0.0) / left)
+        objective = steady_cost + switching - progress
+        objective_sd = np.sqrt(epi["cost"] + epi["progress"])
+        total_lat_sd = np.sqrt(lat_sd**2 + epi["latency"])
+        total_cost_sd = np.sqrt(cost_sd**2 + epi["cost"])
+        p = ndtr((math.log(deadline) - lat) / total_lat_sd)
+        if math.isfinite(budget):
+            p = p * ndtr((math.log(budget) - cost) / total_cost_sd)
+        del progress_sd
+        return _Scored(rows, lat, total_lat_sd, cost, total_cost_sd, objective, objective_sd, p)
+
+    def _decide(
+        self, scored: _Scored, history: Sequence[Observation], epoch: int
+    ) -> tuple[int, str, int]:
+        """Index into ``scored`` of the pick, why, and how many candidates competed."""
+        settings = self.settings
+        safe = np.flatnonzero(scored.p_feasible >= settings.confidence)
+        if not len(safe):
+            return int(np.argmax(scored.p_feasible)), "none likely feasible: the likeliest", 0
+        incumbent = int(safe[np.argmin(scored.objective[safe])])
+        explore = settings.use_gp and epoch > 0
+        if not explore:
+            return incumbent, "best feasible posterior mean", len(safe)
+        near = safe[
+            scored.objective[safe]
+            <= scored.objective[incumbent] + math.log1p(settings.explore_slack)
+        ]
+        log_p = np.log(np.maximum(scored.p_feasible[near], 1e-300))
+        score = (
+            log_constrained_ei(
+                scored.objective[near],
+                scored.objective_sd[near],
+                float(scored.objective[incumbent]),
+                [],
+            )
+            + log_p
+        )
+        pick = int(near[np.argmax(score)])
+        reason = "log constrained EI"
+        if history:
+            pick, reason = self._hysteresis(scored, safe, pick, reason, history[-1].config)
+        return pick, reason, len(near)
+
+    def _hysteresis(
+        self, scored: _Scored, safe: np.ndarray, pick: int, reason: str, current: EpochConfig
+    ) -> tuple[int, str]:
+        """Keep the current memory and λ unless the pick promises ``switch_gain``."""
+        grid = self._grid
+        picked = int(scored.rows[pick])
+        if grid.memory_mb[picked] == current.memory_mb and grid.workers[picked] == current.workers:
+            return pick, reason
+        rows = scored.rows[safe]
+        same = safe[
+            (grid.memory_mb[rows] == current.memory_mb) & (grid.workers[rows] == current.workers)
+        ]
+        if not len(same):
+            return pick, reason
+        stay = int(same[np.argmin(scored.objective[same])])
+        gain = math.expm1(float(scored.objective[stay] - scored.objective[pick]))
+        if gain < self.settings.switch_gain:
+            return stay, f"{reason}; kept memory and λ (predicted gain {gain:.1%})"
+        return pick, reason
+
+    def _decision(
+        self,
+        scored: _Scored,
+        pick: int,
+        reason: str,
+        considered: int,
+        deadline: float,
+        started: float,
+    ) -> Decision:
+        lat, lat_sd = float(scored.lat[pick]), float(scored.lat_sd[pick])
+        cost, cost_sd = float(scored.cost[pick]), float(scored.cost_sd[pick])
+        z = 1.6448536269514722  # a 90 % two-sided interval
+        return Decision(
+            candidates=len(self._grid),
+            considered=considered or len(scored.rows),
+            latency_s=math.exp(lat),
+            latency_interval_s=(math.exp(lat - z * lat_sd), math.exp(lat + z * lat_sd)),
+            cost_usd=math.exp(cost + cost_sd**2 / 2),
+            cost_interval_usd=(math.exp(cost - z * cost_sd), math.exp(cost + z * cost_sd)),
+            deadline_s=deadline,
+            p_feasible=float(scored.p_feasible[pick]),
+            decision_ms=(time.perf_counter() - started) * 1000,
+            reason=reason,
+            extra={"scored": len(scored.rows)},
+        )
+
+    # -- the surrogates' data -------------------------------------------------------------
+    def _context_feature(self, samples: int) -> float:
+        return (math.log10(max(samples, 1)) - 3.0) / 5.0
+
+    def _observations(
+        self, history: Sequence[Observation], model: EpochModel
+    ) -> tuple[np.ndarray, dict[str, np.ndarray], dict[str, np.ndarray]]:
+        """Inputs and residual targets of this job's epochs and earlier jobs'."""
+        assert self.context is not None
+        epochs: list[tuple[EpochConfig, float, float, float | None, int, EpochConfig | None]] = []
+        for job in self._past:
+            prev: EpochConfig | None = None
+            for e in job.epochs:
+                epochs.append(
+                    (e.epoch_config, e.latency_s, e.cost_usd, e.progress, e.samples, prev)
+                )
+                prev = e.epoch_config
+        progress = dict(epoch_progress(history))
+        for t, obs in enumerate(history):
+            samples = obs.samples or self.context.train_samples
+            prev = history[t - 1].config if t else None
+            epochs.append(
+                (obs.config, obs.duration_s, obs.cost_usd, progress.get(t), samples, prev)
+            )
+        cands = Candidates.of([e[0] for e in epochs])
+        previous = Candidates.of([e[5] or e[0] for e in epochs])
+        first = np.array([e[5] is None for e in epochs])
+        previous = replace(previous, memory_mb=np.where(first, 0.0, previous.memory_mb))
+        sizes = np.array([e[4] for e in epochs], dtype=np.float64)
+        pred = model.predict(cands, self.context, samples=sizes, previous=previous)
+        level = model.progress.level
+        x = np.column_stack([cands.features(self._bounds), (np.log10(sizes) - 3.0) / 5.0])
+        observed = {
+            "latency": np.log(np.maximum([e[1] for e in epochs], 1e-9)),
+            "cost": np.log(np.maximum([e[2] for e in epochs], 1e-15)),
+            "progress": np.log(
+                np.maximum([e[3] if e[3] is not None else np.nan for e in epochs], 1e-3 * level)
+            ),
+        }
+        predicted = {
+            "latency": pred.log_latency,
+            "cost": pred.log_cost,
+            "progress": pred.log_progress,
+        }
+        masks = {name: np.isfinite(observed[name]) for name in OUTPUTS}
+        masks["cost"] &= np.array([e[2] > 0 for e in epochs])
+        residuals = {name: observed[name] - predicted[name] for name in OUTPUTS}
+        return x, residuals, masks
+
+    def _condition(self, history: Sequence[Observation], model: EpochModel, optimise: bool) -> None:
+        x, residuals, masks = self._observations(history, model)
+        for name in OUTPUTS:
+            mask = masks[name]
+            if mask.any():
+                self._surrogates[name].fit(x[mask], residuals[name][mask], optimise=optimise)
+
+    # -- refitting off the critical path --------------------------------------------------
+    def _schedule_refit(self, history: Sequence[Observation], model: EpochModel) -> None:
+        """Refit hyper-parameters on the growing schedule, on a thread while the epoch
+        runs (``settings.background``) or at once, after the decision was timed."""
+        if not self.settings.use_gp or not (history or self._past):
+            return
+        n = len(history) + sum(len(j.epochs) for j in self._past)
+        if n < self._refit_at:
+            return
+        if self._fit_thread is not None and self._fit_thread.is_alive():
+            return  # the next decision goes on with the hyper-parameters it has
+        self._refit_at = max(n + 1, math.ceil(n * self.settings.refit_growth))
+        if not self.settings.background:
+            self._refit(list(history), model)
+            self._take_refit()
+            return
+        thread = threading.Thread(
+            target=self._refit, args=(list(history), model), name="gp-opt-refit", daemon=True
+        )
+        self._fit_thread = thread
+        thread.start()
+
+    def _refit(self, history: list[Observation], model: EpochModel) -> None:
+        fresh: dict[str, Surrogate] = {}
+        try:
+            x, residuals, masks = self._observations(history, model)
+            for name in OUTPUTS:
+                surrogate = SURROGATES[self.settings.surrogate]()
+                surrogate.load_state(self._surrogates[name].state())
+                if masks[name].any():
+                    surrogate.fit(x[masks[name]], residuals[name][masks[name]], optimise=True)
+                fresh[name] = surrogate
+        except Exception:  # the next decision goes on with the hyper-parameters it has
+            log.exception("GP-OPT: background refit failed")
+            return
+        with self._lock:
+            self._pending_state = {name: s.state() for name, s in fresh.items()}
+
+    def _take_refit(self) -> None:
+        """Adopt the hyper-parameters a finished refit left."""
+        with self._lock:
+            pending, self._pending_state = self._pending_state, None
+        for name, state in (pending or {}).items():
+            self._surrogates[name].load_state(state)
+
+    # -- across jobs ----------------------------------------------------------------------
+    def _seed_hyperparameters(self) -> None:
+        for job in self._past:
+            for name in OUTPUTS:
+                state = job.hyperparameters.get(name)
+                if state:
+                    self._surrogates[name].load_state(state)
+            if job.hyperparameters:
+                break
+
+    def close(self, history: Sequence[Observation] = ()) -> None:
+        """Wait for a refit in flight, then keep this job's epochs for later jobs."""
+        if self._fit_thread is not None:
+            self._fit_thread.join()
+        history = history or self._last_history
+        if self.history is None or self.context is None or not history:
+            return
+        progress = dict(epoch_progress(history))
+        epochs = tuple(
+            PastEpoch(
+                o.config.as_dict(),
+                o.duration_s,
+                o.cost_usd,
+                progress.get(t),
+                o.samples or self.context.train_samples,
+            )
+            for t, o in enumerate(history)
+        )
+        self.history.save(
+            PastJob(
+                self.context.job_id or f"job-{int(time.time())}",
+                self.context.train_samples,
+                self.context.factors,
+                self.context.model_rows,
+                epochs,
+                {name: s.state() for name, s in self._surrogates.items()},
+            )
+        )
+
+
+def _undominated(
+    latency: np.ndarray, objective: np.ndarray, eps_lat: float, eps_obj: float
+) -> np.ndarray:
+    """Mask of the points no other point beats by more than ``eps`` in both latency and
+    objective (CE-scaling's Pareto pruning, widened by what the GPs could change)."""
+    order = np.argsort(latency)
+    lat, obj = latency[order], objective[order]
+    best_before = np.minimum.accumulate(obj)
+    # For each point: the best objective among points at least eps_lat faster.
+    idx = np.searchsorted(lat, lat - eps_lat, side="right") - 1
+    rival = np.where(idx >= 0, best_before[np.maximum(idx, 0)], np.inf)
+    keep_sorted = obj <= rival + eps_obj
+    keep = np.empty_like(keep_sorted)
+    keep[order] = keep_sorted
+    return keep

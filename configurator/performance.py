@@ -1,0 +1,407 @@
+"""The analytic epoch model: what an epoch of a config vector takes, costs and achieves.
+
+What is arithmetic is derived, not learnt (CE-scaling §III-B's time and cost model,
+adapted to selective sync):
+
+* a worker's duration is the sim runtime's :class:`~functions.runtimes.sim.PerformanceModel`
+  of its shard (``⌈n/λ⌉`` ratings in ``⌈n/(λb)⌉`` minibatches, snapshot and shard read,
+  delta written) at the CPU share its memory buys, times a slowdown drawn from the
+  workers' slowdown distribution (stragglers and jitter), plus a cold start where no
+  warm container is left;
+* an epoch's latency is the κ-th fastest of λ such durations, an order statistic: its
+  q-quantile is the slowdown distribution's quantile at ``Beta(κ, λ-κ+1).ppf(q)``, plus
+  the coordinator's own seconds (``a + b·κ``: reading and averaging κ deltas);
+* its cost is Lambda's bill of all λ workers (stragglers finish and are billed too):
+  ``λ · (E[duration] · memory/1024 · price per GB-s + price per request)``;
+* its loss progress (relative fall of the training loss) saturates with the SGD steps
+  a worker takes, ``1 - exp(-η · ⌈n/(λb)⌉ / τ)``, and the share ``1 - κ/λ`` of updates
+  that arrive a epoch late counts half (the coordinator damps a stale update by
+  ``1/(1 + staleness)``).
+
+:func:`recalibrate` refits it after every epoch from that epoch's λ invocation records:
+the per-sample and fixed seconds (the sim runtime's least squares, when the records hold
+two amounts of work; a common scale when they hold one), the empirical slowdown
+distribution, the cold-start seconds, the coordinator's seconds and the progress curve.
+What it still gets wrong is the residual GPs' job (:mod:`configurator.surrogate`).
+
+References
+----------
+SandPiper (papers/004) §IV-B, Eq. 3; CE-scaling (papers/003) §III-B, Eq. 2-4; S.
+Venkataraman et al., "Ernest: efficient performance prediction for large-scale advanced
+analytics", NSDI 2016 (how far an analytic scaling model goes).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+from scipy.special import betaincinv
+
+from configurator.base import JobContext, Observation, WorkerRun
+from configurator.space import Candidates, EpochConfig
+from functions.pricing import LambdaPrices, lambda_prices
+from functions.runtimes import InvocationRecord
+from functions.runtimes.sim import DEFAULT_MODEL, PerformanceModel, fit_performance_model
+from functions.runtimes.sim.model import Work
+
+#: Bytes one rating takes in a shard: user and item codes and the rating, 8 bytes each.
+SAMPLE_BYTES = 24
+#: z of the 90 % one-sided quantile: a log-normal's sd from its median and q90.
+Z90 = 1.2815515655446004
+#: Slowdown draws that stand for the prior's distribution (a seeded sample).
+PRIOR_DRAWS = 4096
+#: Invocation records per epoch, and epochs, a recalibration looks at: recent ones, so
+#: that the model follows a job whose window grew, and few, so it takes milliseconds.
+RECORDS_PER_EPOCH = 64
+RECENT_EPOCHS = 8
+
+
+@dataclass(frozen=True)
+class ProgressCurve:
+    """Relative loss progress of an epoch: ``level · (1 - exp(-η·steps/tau)) · fresh``.
+
+    ``steps`` is the SGD steps one worker takes (``⌈⌈n/λ⌉/b⌉``) and ``fresh`` is
+    ``κ/λ + (1 - κ/λ)/2``. ``level`` follows the job's phase (progress shrinks as the
+    loss nears its floor); ``tau`` is where the steps stop paying.
+    """
+
+    level: float = 0.02
+    tau: float | None = None
+
+    def shape(self, cands: Candidates, samples: int | np.ndarray, tau: float) -> np.ndarray:
+        steps = np.ceil(np.ceil(samples / cands.workers) / cands.batch_size)
+        fresh = cands.kappa / cands.workers
+        return (1.0 - np.exp(-cands.learning_rate * steps / tau)) * (fresh + (1 - fresh) / 2)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Per candidate (``m`` of them): the analytic model's belief about its epoch.
+
+    Logs are natural logs. ``*_sd`` are the spreads of the epoch's outcome itself (an
+    order statistic's, a sum's); the surrogate adds what it does not know.
+    """
+
+    log_latency: np.ndarray
+    log_latency_sd: np.ndarray
+    log_cost: np.ndarray
+    log_cost_sd: np.ndarray
+    log_progress: np.ndarray
+    log_progress_sd: np.ndarray
+    #: A straggler's duration (the 99th percentile slowdown): past the time limit, out.
+    worker_tail_s: np.ndarray
+
+
+@dataclass(frozen=True)
+class EpochModel:
+    """The analytic model; see the module docstring.
+
+    Parameters
+    ----------
+    worker
+        Seconds of one invocation at slowdown 1 (the sim runtime's model).
+    slowdowns
+        Sorted samples of the workers' slowdown (median 1): the prior's draws, or the
+        ratios measured against ``worker`` once there are records.
+    coordinator_s
+        ``(a, b)``: the coordinator's seconds per epoch, ``a + b·κ``.
+    progress
+        The progress curve.
+    prices
+        Lambda's prices (``functions/prices.json``).
+    """
+
+    worker: PerformanceModel
+    slowdowns: np.ndarray
+    coordinator_s: tuple[float, float] = (0.0, 0.0)
+    progress: ProgressCurve = ProgressCurve()
+    progress_sd: float = 0.25
+    prices: LambdaPrices | None = None
+
+    @classmethod
+    def prior(cls, worker: PerformanceModel | None = None, seed: int = 0) -> EpochModel:
+        """The uncalibrated model: ``worker`` (the sim runtime's ``DEFAULT_MODEL``,
+        measured on the local runtime) and its own slowdown distribution."""
+        worker = worker or DEFAULT_MODEL
+        rng = np.random.default_rng(seed)
+        draws = np.sort([worker.draw_slowdown(rng) for _ in range(PRIOR_DRAWS)])
+        return cls(worker, draws / float(np.median(draws)), prices=lambda_prices())
+
+    @property
+    def _prices(self) -> LambdaPrices:
+        return self.prices or lambda_prices()
+
+    # -- what one worker does ---------------------------------------------------------
+    def shard_work(
+        self, cands: Candidates, context: JobContext, samples: int | np.ndarray
+    ) -> tuple[np.ndarray, ...]:
+        """``(scaled seconds at slowdown 1, shard samples)`` per candidate."""
+        n = np.ceil(samples / cands.workers)
+        batches = np.ceil(n / cands.batch_size)
+        w = self.worker
+        moved = context.snapshot_bytes + n * SAMPLE_BYTES + _delta_bytes(n, context)
+        io = w.request_latency_s * 3 + moved / w.bandwidth_bytes_per_s
+        share = np.minimum(np.minimum(cands.memory_mb / w.mb_per_vcpu, w.max_vcpus), w.worker_vcpus)
+        compute = (n * w.compute_s_per_sample + batches * w.compute_s_per_batch) / share
+        return w.overhead_s + io + compute, n
+
+    def slowdown_quantile(self, u: np.ndarray) -> np.ndarray:
+        """The slowdown distribution's quantile function at ``u`` (vectorised)."""
+        s = self.slowdowns
+        positions = (np.arange(len(s)) + 0.5) / len(s)
+        return np.interp(u, positions, s)
+
+    # -- an epoch -----------------------------------------------------------------------
+    def predict(
+        self,
+        cands: Candidates,
+        context: JobContext,
+        *,
+        samples: int | np.ndarray | None = None,
+        previous: EpochConfig | Candidates | None = None,
+    ) -> Prediction:
+        """The epoch of each candidate, run after ``previous`` (None: the first epoch).
+
+        ``samples`` and ``previous`` may also be given per candidate (an array, and
+        :class:`Candidates` of the same length, a memory of 0 meaning none), to predict
+        the epochs a job ran, each after its own predecessor.
+
+        Cold starts: every worker is cold in a job's first epoch and after a change of
+        memory (containers are per memory size); otherwise the λ−κ workers still
+        running from the last epoch left no warm container, nor did λ beyond the last
+        one's.
+        """
+        samples = context.train_samples if samples is None else samples
+        scaled, _ = self.shard_work(cands, context, samples)
+        lam, kappa = cands.workers, cands.kappa
+        cold = _cold_workers(cands, previous)
+        cold_s = self.worker.cold_start_s
+        warm = lam - cold
+        coordinator = self.coordinator_s[0] + self.coordinator_s[1] * kappa
+        quantiles = {}
+        for q in (0.5, 0.9):
+            # The κ-th fastest of all λ, each cold one a cold start slower; or, when the
+            # warm ones are enough, the κ-th fastest of the warm ones alone: whichever
+            # comes first (cold workers are rarely among the fastest).
+            every = self.slowdown_quantile(betaincinv(kappa, lam - kappa + 1.0, q)) * scaled
+            every = every + np.where(cold > 0, cold_s, 0.0)
+            enough = np.maximum(warm, kappa)
+            among_warm = self.slowdown_quantile(betaincinv(kappa, enough - kappa + 1.0, q)) * scaled
+            quantiles[q] = (
+                np.where(warm >= kappa, np.minimum(every, among_warm), every) + coordinator
+            )
+        log_lat = np.log(quantiles[0.5])
+        log_lat_sd = np.maximum((np.log(quantiles[0.9]) - log_lat) / Z90, 0.01)
+        mean_s, sd_s = float(np.mean(self.slowdowns)), float(np.std(self.slowdowns))
+        billed_s = mean_s * scaled + cold * cold_s / lam
+        prices = self._prices
+        per_worker = billed_s * cands.memory_mb / 1024.0 * prices.gb_second_usd
+        cost = lam * (per_worker + prices.request_usd)
+        cost_sd = sd_s / max(mean_s, 1e-9) / np.sqrt(lam)
+        tau = self.progress.tau or _default_tau(context, context.train_samples)
+        progress = self.progress.level * self.progress.shape(cands, samples, tau)
+        tail = self.slowdown_quantile(np.full(1, 0.99))[0] * scaled + cold_s
+        return Prediction(
+            log_lat,
+            log_lat_sd,
+            np.log(cost),
+            np.maximum(cost_sd, 0.005),
+            np.log(np.maximum(progress, 1e-9)),
+            np.full(len(cands), self.progress_sd),
+            tail,
+        )
+
+
+def _delta_bytes(n: np.ndarray, context: JobContext) -> np.ndarray:
+    """A delta's bytes: rows the shard touches (at most two per rating, at most the
+    model's), each a row index, a count, a bias and ``factors`` floats."""
+    rows = np.minimum(2 * n, max(context.model_rows, 1))
+    return rows * 8 * (context.factors + 3)
+
+
+def _cold_workers(cands: Candidates, previous: EpochConfig | Candidates | None) -> np.ndarray:
+    if previous is None:
+        return cands.workers.copy()
+    if isinstance(previous, EpochConfig):
+        previous = Candidates.of([previous])
+    warm = np.where(previous.sync_ratio >= 1, previous.workers, previous.kappa)
+    same_memory = cands.memory_mb == previous.memory_mb
+    return np.where(same_memory, np.maximum(cands.workers - warm, 0.0), cands.workers)
+
+
+def _default_tau(context: JobContext, samples: int) -> float:
+    """The prior's knee: the job's default of 4 workers at batch 1,024 and learning rate
+    0.05 takes one ``tau`` of steps (the operator's default sits where steps stop
+    paying off, unless the observations say otherwise)."""
+    return 0.05 * math.ceil(math.ceil(samples / 4) / 1024)
+
+
+# -- recalibration --------------------------------------------------------------------------
+
+
+def epoch_progress(history: Sequence[Observation]) -> list[tuple[int, float]]:
+    """``(epoch, relative loss progress)`` of every epoch after the first."""
+    out = []
+    for t in range(1, len(history)):
+        before, after = history[t - 1].loss, history[t].loss
+        if before > 0 and math.isfinite(before) and math.isfinite(after):
+            out.append((t, (before - after) / before))
+    return out
+
+
+def recalibrate(
+    model: EpochModel, history: Sequence[Observation], context: JobContext
+) -> EpochModel:
+    """``model`` refitted to the invocation records and outcomes of ``history``."""
+    runs = _recent_runs(history)
+    worker, slowdowns = _fit_workers(model, runs, context)
+    fitted = replace(model, worker=worker, slowdowns=slowdowns)
+    fitted = replace(fitted, coordinator_s=_fit_coordinator(fitted, history, context))
+    progress = _fit_progress(fitted, history, context)
+    return replace(fitted, progress=progress, progress_sd=_progress_sd(fitted, history))
+
+
+def _recent_runs(history: Sequence[Observation]) -> list[tuple[WorkerRun, int]]:
+    """(run, epoch) of the recent epochs' successful invocations, evenly thinned."""
+    runs: list[tuple[WorkerRun, int]] = []
+    for t in range(max(0, len(history) - RECENT_EPOCHS), len(history)):
+        ok = [r for r in history[t].workers if r.ok and r.duration_s > 0]
+        step = max(1, len(ok) // RECORDS_PER_EPOCH)
+        runs.extend((r, t) for r in ok[::step])
+    return runs
+
+
+def _work(run: WorkerRun, context: JobContext) -> Work:
+    n = run.samples
+    batches = math.ceil(n / run.batch_size) if run.batch_size else 0
+    written = int(_delta_bytes(np.asarray(float(n)), context))
+    return Work(n, batches, context.snapshot_bytes + n * SAMPLE_BYTES, written)
+
+
+def _fit_workers(
+    model: EpochModel, runs: list[tuple[WorkerRun, int]], context: JobContext
+) -> tuple[PerformanceModel, np.ndarray]:
+    """Per-sample and fixed seconds (least squares if the runs hold two amounts of work),
+    a common scale, and the empirical slowdowns of the warm runs."""
+    warm = [r for r, _ in runs if not r.cold_start]
+    if len(warm) < 2:
+        return model.worker, model.slowdowns
+    worker = model.worker
+    sizes = {r.samples for r in warm}
+    if max(sizes) > 1.3 * max(min(sizes), 1):
+        records = [
+            InvocationRecord(
+                f"r{i}",
+                memory_mb=r.memory_mb,
+                cold_start=r.cold_start,
+                duration_s=r.duration_s,
+                labels={"samples": r.samples, "batch_size": r.batch_size},
+            )
+            for i, (r, _) in enumerate(runs)
+        ]
+        try:
+            worker = fit_performance_model(records, worker, cpu_scaled=True).model
+        except ValueError:
+            worker = model.worker
+    predicted = np.array([worker.duration_s(_work(r, context), r.memory_mb) for r in warm])
+    ratios = np.array([r.duration_s for r in warm]) / np.maximum(predicted, 1e-9)
+    scale = float(np.median(ratios))
+    worker = _scaled(worker, scale)
+    cold = [r for r, _ in runs if r.cold_start]
+    if cold:
+        extra = [r.duration_s - worker.duration_s(_work(r, context), r.memory_mb) for r in cold]
+        worker = worker.replace(cold_start_s=max(0.0, float(np.median(extra))))
+    if len(ratios) < 16:  # too few to stand for a distribution: keep the prior's shape
+        return worker, model.slowdowns
+    return worker, np.sort(ratios / scale)
+
+
+def _scaled(worker: PerformanceModel, scale: float) -> PerformanceModel:
+    """Every slowdown-scaled second of ``worker`` times ``scale``."""
+    return worker.replace(
+        compute_s_per_sample=worker.compute_s_per_sample * scale,
+        compute_s_per_batch=worker.compute_s_per_batch * scale,
+        overhead_s=worker.overhead_s * scale,
+        request_latency_s=worker.request_latency_s * scale,
+        bandwidth_bytes_per_s=worker.bandwidth_bytes_per_s / scale,
+    )
+
+
+def _fit_coordinator(
+    model: EpochModel, history: Sequence[Observation], context: JobContext
+) -> tuple[float, float]:
+    """The coordinator's seconds ``a + b·κ``: epoch latency minus its κ-th fastest worker,
+    by non-negative least squares over the recent epochs."""
+    rows, targets = [], []
+    for obs in history[-RECENT_EPOCHS:]:
+        durations = sorted(r.duration_s for r in obs.workers if r.ok)
+        kappa = int(Candidates.of([obs.config]).kappa[0])
+        if len(durations) >= kappa:
+            rows.append((1.0, float(kappa)))
+            targets.append(max(0.0, obs.duration_s - durations[kappa - 1]))
+    if not rows:
+        return model.coordinator_s
+    x, y = np.asarray(rows), np.asarray(targets)
+    if len({r[1] for r in rows}) < 2:
+        return (float(np.median(y)), 0.0)
+    best, best_sse = (float(np.median(y)), 0.0), math.inf
+    for cols in ([0], [1], [0, 1]):
+        coef, *_ = np.linalg.lstsq(x[:, cols], y, rcond=None)
+        if (coef < 0).any():
+            continue
+        full = np.zeros(2)
+        full[cols] = coef
+        sse = float(np.sum((y - x @ full) ** 2))
+        if sse < best_sse:
+            best, best_sse = (float(full[0]), float(full[1])), sse
+    return best
+
+
+#: Candidate knees of the progress curve, relative to the prior's.
+_TAU_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+
+
+def _fit_progress(
+    model: EpochModel, history: Sequence[Observation], context: JobContext
+) -> ProgressCurve:
+    """The knee ``tau`` that best explains the observed progress (in logs, over a few
+    multiples of the prior's), and the level of the last three epochs."""
+    progress = [(t, p) for t, p in epoch_progress(history) if p > 0]
+    if not progress:
+        return model.progress
+    samples_at = np.array([history[t].samples or context.train_samples for t, _ in progress])
+    cands = Candidates.of([history[t].config for t, _ in progress])
+    observed = np.log([p for _, p in progress])
+    prior_tau = _default_tau(context, context.train_samples)
+    taus = [prior_tau * f for f in _TAU_FACTORS] if len(progress) >= 3 else [prior_tau]
+    best: tuple[float, float, float] | None = None
+    for tau in taus:
+        shape = model.progress.shape(cands, samples_at, tau)
+        logs = observed - np.log(np.maximum(shape, 1e-12))
+        level = float(np.exp(np.mean(logs[-3:])))
+        sse = float(np.sum((logs - np.mean(logs)) ** 2))
+        if best is None or sse < best[0]:
+            best = (sse, level, tau)
+    assert best is not None
+    return replace(model.progress, level=best[1], tau=best[2])
+
+
+def _progress_sd(model: EpochModel, history: Sequence[Observation]) -> float:
+    """How much an epoch's progress wanders from one epoch to the next (in logs), once
+    there are a few to tell; the prior's spread before."""
+    logs = np.log([p for _, p in epoch_progress(history) if p > 0])
+    if len(logs) < 4:
+        return model.progress_sd
+    return max(float(np.std(np.diff(logs))) / math.sqrt(2), 0.02)
+
+
+__all__ = [
+    "EpochModel",
+    "Prediction",
+    "ProgressCurve",
+    "epoch_progress",
+    "recalibrate",
+]

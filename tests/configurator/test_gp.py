@@ -1,0 +1,204 @@
+"""GP-OPT on a small space against a known truth: feasible picks, recorded decisions,
+cached GP predictions equal to gpytorch's, pruning, warm start, acquisition."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from configurator import EpochConfig, History, JobContext, Observation, SearchSpace, WorkerRun
+from configurator.acquisition import log_constrained_ei, log_h
+from configurator.gp import GpOptConfigurator, GpOptSettings, _undominated
+from configurator.performance import EpochModel, recalibrate
+from configurator.space import Candidates
+from configurator.surrogate import GpytorchSurrogate, average_repeats
+
+SPACE = SearchSpace(
+    memory_mb=(512, 1024, 1769),
+    workers=(1, 4, 16),
+    sync_ratio=(0.75, 1.0),
+    batch_size=(512, 2048),
+    learning_rate=(0.025, 0.1),
+)
+DEFAULT = EpochConfig(
+    batch_size=1024, learning_rate=0.05, workers=4, sync_ratio=0.75, memory_mb=1024
+)
+
+
+def _context(cap: float = 60.0, epochs: int = 10) -> JobContext:
+    return JobContext(100_000, 8, 10_000, cap, None, epochs, job_id="job-1")
+
+
+def _observe(
+    model: EpochModel, config: EpochConfig, loss: float, rng: np.random.Generator
+) -> Observation:
+    """An epoch as the model says, with noise: λ worker runs and the epoch's latency."""
+    context = _context()
+    cands = Candidates.of([config])
+    scaled, n = model.shard_work(cands, context, context.train_samples)
+    durations = scaled[0] * rng.lognormal(0, 0.2, config.workers)
+    kappa = int(cands.kappa[0])
+    latency = float(np.sort(durations)[kappa - 1])
+    cost = float(durations.sum() * config.memory_mb / 1024 * 1.66667e-5)
+    runs = tuple(
+        WorkerRun(config.memory_mb, int(n[0]), float(d), False, config.batch_size)
+        for d in durations
+    )
+    return Observation(config, latency, loss, cost, runs, context.train_samples)
+
+
+def _job(configurator: GpOptConfigurator, epochs: int, seed: int = 0) -> list[Observation]:
+    truth = EpochModel.prior()
+    rng = np.random.default_rng(seed)
+    history: list[Observation] = []
+    loss = 1.0
+    for t in range(epochs):
+        config = configurator.propose(t, history)
+        loss *= 0.97
+        history.append(_observe(truth, config, loss, rng))
+    return history
+
+
+def test_the_search_space_is_the_documented_product_of_its_grids() -> None:
+    space = SearchSpace()
+    assert len(space) == len(space.grid()) == 35_000
+    assert min(space.memory_mb) == 128 and max(space.memory_mb) == 10_240
+    assert max(space.workers) == 1000
+    with pytest.raises(ValueError, match="memory_mb"):
+        SearchSpace(memory_mb=(64, 1024))
+
+
+def test_without_a_context_gp_opt_proposes_the_default() -> None:
+    assert GpOptConfigurator(DEFAULT, space=SPACE).propose(0, []) == DEFAULT
+
+
+def test_every_decision_is_recorded_with_predictions_and_a_feasible_pick() -> None:
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    history = _job(configurator, 6)
+    assert len(configurator.decisions) == 6
+    for decision in configurator.decisions:
+        assert decision.candidates == len(SPACE)
+        low, high = decision.latency_interval_s
+        assert low <= decision.latency_s <= high
+        assert decision.decision_ms > 0
+    # The deadline is loose: every epoch meets its share.
+    assert all(d.p_feasible >= 0.9 for d in configurator.decisions)
+    assert all(
+        o.duration_s <= d.deadline_s for o, d in zip(history, configurator.decisions, strict=True)
+    )
+
+
+def test_a_tight_deadline_buys_more_workers_or_memory_than_a_loose_one() -> None:
+    def first(cap: float) -> EpochConfig:
+        c = GpOptConfigurator(DEFAULT, _context(cap), GpOptSettings(background=False), SPACE)
+        return c.propose(0, [])
+
+    loose, tight = first(1000.0), first(1.5)
+    speed = lambda c: c.workers * min(c.memory_mb, 1769)  # noqa: E731
+    assert speed(tight) > speed(loose)
+
+
+def test_the_max_workers_of_the_runtime_bound_the_candidates() -> None:
+    context = JobContext(100_000, 8, 10_000, 1.0, None, 10, max_workers=4)
+    configurator = GpOptConfigurator(DEFAULT, context, GpOptSettings(background=False), SPACE)
+    assert configurator.propose(0, []).workers <= 4
+
+
+def test_the_cached_gp_prediction_equals_gpytorchs_exact_posterior() -> None:
+    rng = np.random.default_rng(1)
+    x, y = rng.random((12, 3)), rng.standard_normal(12)
+    surrogate = GpytorchSurrogate()
+    surrogate.fit(x, y, optimise=True)
+    points = rng.random((40, 3))
+    mean, var = surrogate.predict(points)
+    ux, uy, _ = average_repeats(x, y)
+    model = surrogate.build_model(ux, uy)
+    model.eval()
+    with torch.no_grad():
+        exact = model(torch.as_tensor(points))
+    np.testing.assert_allclose(mean, exact.mean.numpy(), atol=1e-8)
+    np.testing.assert_allclose(var, exact.variance.numpy(), atol=1e-8)
+
+
+def test_repeated_configurations_are_averaged() -> None:
+    x = np.array([[0.1, 0.2], [0.1, 0.2], [0.5, 0.5]])
+    ux, uy, counts = average_repeats(x, np.array([1.0, 3.0, 5.0]))
+    assert len(ux) == 2 and sorted(uy.tolist()) == [2.0, 5.0] and sorted(counts.tolist()) == [1, 2]
+
+
+def test_recalibration_learns_the_scale_of_the_workers() -> None:
+    prior = EpochModel.prior()
+    slower = EpochModel.prior().worker.replace(
+        compute_s_per_sample=prior.worker.compute_s_per_sample * 3,
+        compute_s_per_batch=prior.worker.compute_s_per_batch * 3,
+        overhead_s=prior.worker.overhead_s * 3,
+    )
+    truth = EpochModel(slower, prior.slowdowns)
+    rng = np.random.default_rng(2)
+    history = [_observe(truth, DEFAULT, 1.0 - 0.01 * t, rng) for t in range(3)]
+    fitted = recalibrate(prior, history, _context())
+    cands = Candidates.of([DEFAULT])
+    ratio = (
+        fitted.shard_work(cands, _context(), 100_000)[0]
+        / prior.shard_work(cands, _context(), 100_000)[0]
+    )
+    assert ratio[0] == pytest.approx(3.0, rel=0.2)
+
+
+def test_pruning_keeps_the_front_and_drops_what_is_beaten_in_both() -> None:
+    latency = np.array([1.0, 2.0, 3.0, 3.0])
+    objective = np.array([3.0, 2.0, 1.0, 5.0])
+    assert _undominated(latency, objective, 0.0, 0.0).tolist() == [True, True, True, False]
+
+
+def test_log_ei_is_finite_far_below_the_incumbent_and_ranks_by_feasibility() -> None:
+    assert np.isfinite(log_h(np.array([-50.0, -1e3, 0.0, 5.0]))).all()
+    z = np.array([0.3, 1.5])
+    direct = np.log(
+        np.exp(-z * z / 2) / math.sqrt(2 * math.pi)
+        + z * 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
+    )
+    np.testing.assert_allclose(log_h(z), direct, rtol=1e-10)
+    mean, sd = np.zeros(2), np.ones(2)
+    constraint = (np.array([0.0, 3.0]), np.ones(2), 1.0)
+    scores = log_constrained_ei(mean, sd, 0.0, [constraint])
+    assert scores[0] > scores[1]
+
+
+def test_a_warm_start_reads_earlier_jobs_and_keeps_this_ones() -> None:
+    class Store:
+        def __init__(self) -> None:
+            self.blobs: dict[str, bytes] = {}
+
+        def put(self, key: str, data: bytes) -> None:
+            self.blobs[key] = data
+
+        def get(self, key: str) -> bytes:
+            return self.blobs[key]
+
+        def list(self, prefix: str) -> list[str]:
+            return [k for k in self.blobs if k.startswith(prefix)]
+
+    store = Store()
+    first = GpOptConfigurator(
+        DEFAULT, _context(), GpOptSettings(background=False), SPACE, history=History(store)
+    )
+    first.close(_job(first, 4))
+    assert list(store.blobs) == ["configurator/jobs/job-1.json"]
+    warm = GpOptConfigurator(
+        DEFAULT, _context(), GpOptSettings(background=False), SPACE, history=History(store)
+    )
+    assert len(warm._past) == 1 and len(warm._past[0].epochs) == 4
+    assert warm._surrogates["latency"].state() == first._surrogates["latency"].state()
+    warm.propose(0, [])  # conditions on the earlier job's epochs at once
+    assert warm.last_decision is not None
+
+
+def test_background_refits_leave_decisions_working() -> None:
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=True), SPACE)
+    _job(configurator, 5)
+    configurator.close()
+    assert len(configurator.decisions) == 5
