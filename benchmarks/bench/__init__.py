@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.bench.configurator import run_configurator
 from benchmarks.bench.drift import run_drift
 from benchmarks.bench.ingest import run_ingest
 from benchmarks.bench.memory import run_memory
@@ -14,6 +15,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "ingest": run_ingest,
     "sync": run_sync,
     "memory": run_memory,
+    "configurator": run_configurator,
     "drift": run_drift,
 }
 
