@@ -182,7 +182,7 @@ class Settings(BaseSettings):
         "adwin", description="When to retrain: a name in retrain.policies.POLICIES."
     )
     retrain_configurator: str = Field(
-        "gp",
+        "static",
         description=(
             "Who picks each epoch's config vector: a name in configurator.CONFIGURATORS "
             "(gp: GP-OPT, the cheapest config that meets the deadline; static: the "
