@@ -30,6 +30,18 @@ class Metrics:
             ["model"],
             registry=r,
         )
+        self.prequential_hit_rate = Gauge(
+            "driftline_prequential_hit_rate",
+            "Hit-rate@10 of the newest heartbeat that ranked a sampled liked event.",
+            ["model"],
+            registry=r,
+        )
+        self.prequential_ndcg = Gauge(
+            "driftline_prequential_ndcg",
+            "NDCG@10 of the newest heartbeat that ranked a sampled liked event.",
+            ["model"],
+            registry=r,
+        )
         self.labelled_events = Counter(
             "driftline_labelled_events_evaluated", "Labelled events evaluated.", registry=r
         )

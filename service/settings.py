@@ -141,6 +141,19 @@ class Settings(BaseSettings):
     adwin_delta: float = Field(0.002, gt=0, lt=1)
     min_relative_drop: float = Field(0.1, ge=0)
     min_heartbeats: int = Field(5, ge=1)
+    ranking_min_rating: float = Field(
+        4.0,
+        description="A labelled event rated at least this is ranked for hit-rate@10 and NDCG@10.",
+    )
+    ranking_sample: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description=(
+            "Share of those events ranked, a fixed hash sample of user, item and timestamp "
+            "(the same events for every model and run); 0 turns ranking off."
+        ),
+    )
 
     # Retraining.
     retrain_enabled: bool = True
@@ -225,6 +238,15 @@ class Settings(BaseSettings):
         description=(
             "Most items whose online bias is kept (about 150 bytes each); the least "
             "recently seen are evicted and get a zero online bias."
+        ),
+    )
+    serving_history_pairs: int | None = Field(
+        500_000,
+        ge=4096,
+        description=(
+            "Most (user, item) pairs kept in memory to leave a user's rated items out of "
+            "prequential ranking (about 130 bytes each); the least recently seen users are "
+            "evicted first."
         ),
     )
     registry_poll_seconds: float | None = Field(

@@ -224,6 +224,20 @@ class HeartbeatPublic(BaseModel):
     rmse: float
     static_rmse: float | None = Field(description="RMSE of the never-retrained model")
     model_version: str | None
+    hit_rate: float | None = Field(
+        None, description="Hit-rate@10 of the serving model on the heartbeat's ranked events"
+    )
+    ndcg: float | None = Field(None, description="NDCG@10 of the serving model, the same events")
+    static_hit_rate: float | None = Field(
+        None, description="Hit-rate@10 of the never-retrained model, the same events"
+    )
+    static_ndcg: float | None = Field(
+        None, description="NDCG@10 of the never-retrained model, the same events"
+    )
+    ranked_events: int | None = Field(
+        None,
+        description="Sampled liked events ranked in the heartbeat (the figures are null at 0)",
+    )
 
 
 class HeartbeatsPublic(BaseModel):
@@ -231,8 +245,14 @@ class HeartbeatsPublic(BaseModel):
 
 
 class TrackPublic(BaseModel):
+    """One model's running prequential figures: RMSE over every labelled event, ranking
+    over the sampled liked events (``RANKING_SAMPLE``)."""
+
     rmse: float | None
     count: int
+    hit_rate: float | None = Field(None, description="Hit-rate@10 so far")
+    ndcg: float | None = Field(None, description="NDCG@10 so far")
+    ranked_events: int = Field(0, description="Sampled liked events ranked so far")
 
 
 class HealthPublic(BaseModel):

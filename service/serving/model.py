@@ -193,6 +193,17 @@ class ServingModel:
         event j's vector is one small ridge solve, batched over the whole batch.
         Returns the predictions (n,).
         """
+        return self.predict_then_learn_vectors(user_ids, item_ids, ratings)[0]
+
+    def predict_then_learn_vectors(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """``predict_then_learn``, also returning each event's user vector [p_u; b_u].
+
+        Vector j (``n x k+1``) is the one event j was predicted with, learnt from every
+        earlier event and not from j: prequential ranking scores the catalogue with it,
+        at the same granularity as the rating prediction.
+        """
         ratings = np.asarray(ratings, dtype=np.float64)
         parts = [
             self._predict_then_learn_chunk(
@@ -202,11 +213,16 @@ class ServingModel:
             )
             for start in range(0, len(user_ids), self._chunk)
         ]
-        return np.concatenate(parts) if parts else np.empty(0)
+        if not parts:
+            return np.empty(0), np.empty((0, self._dim))
+        return (
+            np.concatenate([part[0] for part in parts]),
+            np.concatenate([part[1] for part in parts]),
+        )
 
     def _predict_then_learn_chunk(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
-    ) -> np.ndarray:
+    ) -> tuple[np.ndarray, np.ndarray]:
         n = len(user_ids)
         mean = self._means_before(ratings)
         users = self._users
@@ -235,7 +251,7 @@ class ServingModel:
         self._rating_sum += float(ratings.sum())
         self._rating_count += n
         self._publish(unique, item_ids)
-        return predictions
+        return predictions, vectors
 
     def _give_priors(self) -> None:
         """Start the rows of users new to the fold-in from the version's vectors."""

@@ -229,6 +229,19 @@ def rated_items(conn: Connection, user_id: str) -> list[str]:
     return list(conn.scalars(query))
 
 
+def recent_pairs(conn: Connection, limit: int | None) -> tuple[list[str], list[str]]:
+    """Users and items of the newest ``limit`` events (all when None), oldest first.
+
+    What a restarted service reloads its in-memory rated-items history from: as many
+    pairs as that history keeps, so it comes back as it would have been.
+    """
+    query = select(events.c.user_id, events.c.item_id).order_by(events.c.id.desc())
+    if limit is not None:
+        query = query.limit(limit)
+    rows = conn.execute(query).all()[::-1]
+    return [row[0] for row in rows], [row[1] for row in rows]
+
+
 def popular_items(conn: Connection, window: int, limit: int) -> list[tuple[str, int]]:
     """The items most users had events for among the newest ``window`` events.
 

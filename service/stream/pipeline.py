@@ -25,6 +25,7 @@ from drift import (
     Heartbeat,
     HeartbeatAggregator,
     PrequentialTracker,
+    RankingSampler,
     make_detector,
     user_key,
 )
@@ -34,6 +35,7 @@ from functions.mf import BiasedMF
 from retrain import POLICIES, TriggerPolicy
 from service.metrics import Metrics
 from service.retraining import build_retrainer
+from service.serving.history import RatedItems
 from service.serving.model import ServingModel
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
@@ -47,9 +49,11 @@ from service.store.events import (
     labelled_id_from_end,
     popular_items,
     rated_items,
+    recent_pairs,
     store_events,
 )
 from service.store.monitor import load_monitor_state, save_monitor_state
+from service.stream.ranking import PrequentialRanking
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +94,10 @@ class Pipeline:
         self.current: LoadedVersion | None = None
         self.static: BiasedMF | None = None
         self.tracker = PrequentialTracker()
+        self.history = RatedItems(settings.serving_history_pairs)
+        self.ranking = PrequentialRanking(
+            RankingSampler(settings.ranking_sample, settings.ranking_min_rating), self.history
+        )
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
         #: Recent events and their errors, to say where an alert's rise comes from.
         self.segments = SegmentBuffer()
@@ -129,6 +137,9 @@ class Pipeline:
         self.labelled_seen = self._events_offset
         oldest = self.registry.oldest_loadable()
         self.static = oldest.model if oldest else None
+        with self.db.connect() as conn:
+            users, items = recent_pairs(conn, self.settings.serving_history_pairs)
+        self.history.add(users, items)
         newest = self.registry.newest_loadable()
         if newest is not None:
             self.swap(newest)
@@ -174,13 +185,16 @@ class Pipeline:
         return outcome
 
     def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> list[int]:
+        view = self.serving.view  # the items as the batch found them, for ranking
         labelled = [e for e in stored if e.rating is not None]
         if not labelled:
+            self.ranking.rank(stored, view, self.static)
             return []
         users = [e.user_id for e in labelled]
         items = [e.item_id for e in labelled]
         ratings = np.fromiter((e.rating for e in labelled), dtype=np.float64, count=len(labelled))
-        predicted = self.serving.predict_then_learn(users, items, ratings)
+        predicted, vectors = self.serving.predict_then_learn_vectors(users, items, ratings)
+        self.ranking.rank(stored, view, self.static, vectors)
         static = self._static_predict(users, items, predicted)
         self.tracker.record("driftline", ratings, predicted)
         self.tracker.record("static", ratings, static)
@@ -213,6 +227,7 @@ class Pipeline:
                 self._static_pending[beat.events :],
             )
             row = self._heartbeat_row(beat, float(np.sqrt(static_sq.mean())))
+            row.update(self._ranking_row(beat.events))
             self._unsaved_heartbeats.append(row)
             alert = self.monitor.update(beat) if self.current is not None else None
             if alert is not None:
@@ -252,6 +267,7 @@ class Pipeline:
             "monitor": self.monitor.state(),
             "aggregator": self.aggregator.state(),
             "static_pending": self._static_pending.tolist(),
+            "ranking_pending": self.ranking.pending_state(),
         }
         save_monitor_state(conn, self.settings.kafka_replica, self.serving.version, snapshot)
 
@@ -287,6 +303,7 @@ class Pipeline:
             return
         self._events_offset -= static_pending.size
         self._static_pending = static_pending
+        self.ranking.restore_pending(state.get("ranking_pending"), static_pending.size)
         log.info("drift monitor restored from %s", saved["model_version"])
 
     def _heartbeat_row(self, beat: Heartbeat, static_rmse: float) -> dict:
@@ -300,6 +317,17 @@ class Pipeline:
             "static_rmse": static_rmse,
             "model_version": self.serving.version,
         }
+
+    def _ranking_row(self, events: int) -> dict:
+        """The heartbeat's ranking figures; the gauges keep the newest that ranked any."""
+        figures = self.ranking.take(events)
+        for model, prefix in (("driftline", ""), ("static", "static_")):
+            if figures[f"{prefix}hit_rate"] is not None:
+                self.metrics.prequential_hit_rate.labels(model=model).set(
+                    figures[f"{prefix}hit_rate"]
+                )
+                self.metrics.prequential_ndcg.labels(model=model).set(figures[f"{prefix}ndcg"])
+        return figures
 
     def _store_alert(self, conn: Connection, alert: DriftAlert) -> int:
         """Store ``alert`` with where its rise comes from, and remember where its change
