@@ -10,11 +10,13 @@ from service.settings import Settings
 from service.stream.pipeline import Pipeline
 
 
-def get_pipeline(request: Request) -> Pipeline:
+async def get_pipeline(request: Request) -> Pipeline:
+    """A coroutine though it never waits: FastAPI runs a plain function dependency on
+    its thread pool, a hand-off that cost ``/recommend`` more than its arithmetic."""
     return request.app.state.pipeline
 
 
-def get_settings(request: Request) -> Settings:
+async def get_settings(request: Request) -> Settings:
     return request.app.state.settings
 
 
