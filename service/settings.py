@@ -245,9 +245,48 @@ class Settings(BaseSettings):
         ge=4096,
         description=(
             "Most (user, item) pairs kept in memory to leave a user's rated items out of "
-            "prequential ranking (about 130 bytes each); the least recently seen users are "
-            "evicted first."
+            "/recommend and of prequential ranking (about 130 bytes each); the least "
+            "recently seen users are evicted first, and an evicted user's earlier items "
+            "are no longer left out."
         ),
+    )
+    serving_index: Literal["exact", "ann", "auto"] = Field(
+        "auto",
+        description=(
+            "How /recommend finds a user's top items: score every item (exact), ask an "
+            "approximate inner-product index built at each swap (ann), or ann from "
+            "SERVING_ANN_MIN_ITEMS items on (auto)."
+        ),
+    )
+    serving_ann_min_items: int = Field(
+        50_000,
+        ge=1,
+        description=(
+            "With SERVING_INDEX=auto, catalogues of at least this many items get an ANN "
+            "index: below it, scoring every item costs about as much as a search."
+        ),
+    )
+    serving_ann_probes: int = Field(
+        32,
+        ge=1,
+        description=(
+            "Inverted lists the ANN index scans per request (of about sqrt(items)): more "
+            "raise recall and cost time."
+        ),
+    )
+    serving_cached_answers: int = Field(
+        100_000,
+        ge=0,
+        description=(
+            "Most top-K answers kept for repeated requests until the next ingested batch "
+            "or swap (each exact for as long as it is kept); 0: none."
+        ),
+    )
+    server_loop: Literal["auto", "asyncio", "uvloop"] = Field(
+        "auto", description="serve's event loop (auto: uvloop where installed)."
+    )
+    server_http: Literal["auto", "h11", "httptools"] = Field(
+        "auto", description="serve's HTTP/1.1 parser (auto: httptools where installed)."
     )
     registry_poll_seconds: float | None = Field(
         10.0, gt=0, description="How often to look for versions other processes published."

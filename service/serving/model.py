@@ -31,15 +31,21 @@ version it names, so it never sees a half-updated model.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from immutables import Map
 
-from functions.mf import BiasedMF, top_k
+from functions.mf import BiasedMF
 from service.serving.foldin import OnlineBiases, chunk_limit, decayed_group_sums
+from service.serving.index import ItemIndex
 from service.serving.rows import LruRows
+from service.serving.topk import best_rows
+
+_NO_ROWS = np.empty(0, dtype=np.int64)
+#: Users whose encoded rated items a version keeps (cleared whole when full).
+_ENCODED_USERS = 100_000
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,16 @@ class ServingView:
 
     Nothing in it is written after publication: ``item_bias`` is a fresh array per
     view and ``user_vectors`` a persistent map whose arrays are never written in place.
+    With an ANN ``index`` (``service.serving.index``), ``risen`` holds the rows whose
+    online bias is above the one they were indexed with, sorted: ``recommend`` scores
+    them beside the index's candidates.
+
+    ``answers`` keeps up to ``answer_limit`` top-K answers computed from this view. A
+    view's scores never change and a user's rated items come as a frozenset that
+    ingestion replaces rather than changes, so an answer stays exact for as long as
+    the view serves and the user's rated items are the very same object: an event of
+    that user (new rated items, and a new view) or of anyone (a new view) invalidates
+    it, as does a swap.
     """
 
     model: BiasedMF | None
@@ -55,6 +71,16 @@ class ServingView:
     global_mean: float
     item_bias: np.ndarray
     user_vectors: Map[str, np.ndarray]
+    index: ItemIndex | None = None
+    risen: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    #: User → (rated items, their rows), shared by the views of one version.
+    encoded: dict[str, tuple[Collection[str], np.ndarray]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    answer_limit: int = 0
+    answers: dict[tuple[str, int], tuple[Collection[str], tuple[tuple[str, float], ...]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     def user_vector(self, user_id: str) -> np.ndarray | None:
         """[p_u; b_u] (k+1,) of a folded-in user or a user of the version, else None."""
@@ -69,17 +95,71 @@ class ServingView:
         return prior
 
     def recommend(
-        self, user_id: str, k: int, exclude_items: Sequence[str] = ()
+        self, user_id: str, k: int, exclude_items: Collection[str] = ()
     ) -> list[tuple[str, float]] | None:
         """Top-``k`` (item, score) of this version for a user it can place, else None."""
+        cached = self.answers.get((user_id, k))
+        if cached is not None and cached[0] is exclude_items:
+            return list(cached[1])
         model, vector = self.model, self.user_vector(user_id)
         if model is None or vector is None:
             return None
-        scores = self.global_mean + vector[-1] + model.item_factors @ vector[:-1]
-        scores += self.item_bias
-        excluded = model.encode_items(list(exclude_items))
-        rows, top = top_k(scores, k, exclude=excluded[excluded >= 0])
-        return [(model.item_ids[r], float(s)) for r, s in zip(rows, top, strict=True)]
+        excluded = self._excluded_rows(user_id, exclude_items)
+        if self.index is None:
+            scores = model.item_factors @ vector[:-1]
+            scores += self.global_mean + vector[-1]
+            scores += self.item_bias
+            rows, top = best_rows(scores, k, excluded)
+        else:
+            rows, top = self._indexed_top(vector, k, excluded)
+        names = model.item_ids
+        answer = [(names[r], s) for r, s in zip(rows.tolist(), top.tolist(), strict=True)]
+        if self.answer_limit and isinstance(exclude_items, frozenset):
+            if len(self.answers) >= self.answer_limit:
+                self.answers.clear()
+            self.answers[user_id, k] = (exclude_items, tuple(answer))
+        return answer
+
+    def _excluded_rows(self, user_id: str, items: Collection[str]) -> np.ndarray:
+        """The version's rows of ``items``, encoded once per user and history snapshot.
+
+        A user's rated items come as a frozenset that ingestion replaces, never changes,
+        so the rows encoded for it hold until the user's next event; encoding ~150 ids
+        per request cost more than scoring MovieLens' whole catalogue.
+        """
+        if not items:
+            return _NO_ROWS
+        cached = self.encoded.get(user_id)
+        if cached is not None and cached[0] is items:
+            return cached[1]
+        assert self.model is not None
+        rows = self.model.encode_items(list(items))
+        rows = rows[rows >= 0]
+        if isinstance(items, frozenset):
+            if len(self.encoded) >= _ENCODED_USERS:
+                self.encoded.clear()
+            self.encoded[user_id] = (items, rows)
+        return rows
+
+    def _indexed_top(
+        self, vector: np.ndarray, k: int, excluded: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Top-``k`` rows and scores among the index's candidates and the risen items.
+
+        The index is asked for enough candidates to fill ``k`` after the excluded ones
+        are dropped; each is scored exactly, with the current biases, and ties go to
+        the lower row, as in exact scoring.
+        """
+        assert self.index is not None and self.model is not None
+        wanted = k + len(excluded)
+        pool = np.union1d(self.index.candidates(vector, wanted), self.risen)
+        if len(excluded):
+            pool = pool[~np.isin(pool, excluded)]
+        scores = self.model.item_factors[pool] @ vector[:-1]
+        scores += self.global_mean + vector[-1]  # as exact scoring adds, to the last bit
+        scores += self.item_bias[pool]
+        rows, top = best_rows(scores, k)
+        return pool[rows], top
 
 
 class ServingModel:
@@ -110,6 +190,9 @@ class ServingModel:
         Most users and items whose fold-in is kept (None: unbounded); the least
         recently seen are evicted and fall back to the version's vector and a zero
         online bias.
+    cached_answers
+        Most top-K answers each published view keeps for repeated requests (0: none);
+        see ``ServingView``.
     """
 
     def __init__(
@@ -122,6 +205,7 @@ class ServingModel:
         forgetting: float = 0.95,
         max_users: int | None = None,
         max_items: int | None = None,
+        cached_answers: int = 0,
     ) -> None:
         self.model = model
         self.version = version
@@ -140,12 +224,31 @@ class ServingModel:
         self._rating_sum = 0.0
         self._rating_count = 0
         n_items = model.n_items if model is not None else 0
-        self._view = ServingView(model, version, self.global_mean, np.zeros(n_items), Map())
+        self._view = ServingView(
+            model,
+            version,
+            self.global_mean,
+            np.zeros(n_items),
+            Map(),
+            answer_limit=cached_answers,
+        )
 
     @property
     def view(self) -> ServingView:
         """The state readers use now; take it once per request."""
         return self._view
+
+    def attach_index(self, index: ItemIndex | None) -> None:
+        """Serve top-K from ``index`` (built from this version's items) from now on.
+
+        The items whose bias rose since the index read it are found once here, then
+        kept up to date as events are learnt (``_publish``).
+        """
+        view = self._view
+        risen = np.empty(0, dtype=np.int64)
+        if index is not None:
+            risen = np.flatnonzero(view.item_bias > index.indexed_bias)
+        self._view = replace(view, index=index, risen=risen, answers={})
 
     @property
     def online_users(self) -> int:
@@ -276,15 +379,22 @@ class ServingModel:
             user_vectors = vectors.finish()
         touched = list(dict.fromkeys(item_ids))
         evicted = self._items.evict()
-        item_bias = self._view.item_bias
+        view = self._view
+        item_bias, risen = view.item_bias, view.risen
         if self.model is not None:
             item_bias = item_bias.copy()
             rows = self.model.encode_items(touched + evicted)
             values = np.concatenate([self._items.values(touched), np.zeros(len(evicted))])
             known = rows >= 0
             item_bias[rows[known]] = values[known]
-        self._view = ServingView(
-            self.model, self.version, self.global_mean, item_bias, user_vectors
+            risen = _risen(view, rows[known], item_bias)
+        self._view = replace(
+            view,
+            global_mean=self.global_mean,
+            item_bias=item_bias,
+            user_vectors=user_vectors,
+            risen=risen,
+            answers={},
         )
 
     def _means_before(self, ratings: np.ndarray) -> np.ndarray | float:
@@ -306,7 +416,7 @@ class ServingModel:
         return None if vector is None else vector.copy()
 
     def recommend(
-        self, user_id: str, k: int, exclude_items: Sequence[str] = ()
+        self, user_id: str, k: int, exclude_items: Collection[str] = ()
     ) -> list[tuple[str, float]] | None:
         """Top-``k`` (item, score) for a user the model can place, else None (lock-free)."""
         return self._view.recommend(user_id, k, exclude_items)
@@ -344,6 +454,14 @@ class ServingModel:
             known = items >= 0
             features[known, :-1] = self.model.item_factors[items[known]]
         return features
+
+
+def _risen(view: ServingView, rows: np.ndarray, item_bias: np.ndarray) -> np.ndarray:
+    """``view.risen`` after the biases of ``rows`` changed to ``item_bias[rows]``."""
+    if view.index is None:
+        return view.risen
+    up = item_bias[rows] > view.index.indexed_bias[rows]
+    return np.union1d(np.setdiff1d(view.risen, rows, assume_unique=True), rows[up])
 
 
 def _at_least_a_chunk(limit: int | None) -> int | None:

@@ -36,7 +36,9 @@ from retrain import POLICIES, TriggerPolicy
 from service.metrics import Metrics
 from service.retraining import build_retrainer
 from service.serving.history import RatedItems
+from service.serving.index import IndexOptions, build_index
 from service.serving.model import ServingModel
+from service.serving.popular import PopularItems
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
 from service.store import Database
@@ -47,8 +49,6 @@ from service.store.events import (
     count_events,
     labelled_events,
     labelled_id_from_end,
-    popular_items,
-    rated_items,
     recent_pairs,
     store_events,
 )
@@ -98,6 +98,13 @@ class Pipeline:
         self.ranking = PrequentialRanking(
             RankingSampler(settings.ranking_sample, settings.ranking_min_rating), self.history
         )
+        self.popular = PopularItems(settings.popular_window)
+        self.index_options = IndexOptions(
+            settings.serving_index,
+            settings.serving_ann_min_items,
+            settings.serving_ann_probes,
+            seed=settings.seed or 0,
+        )
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
         #: Recent events and their errors, to say where an alert's rise comes from.
         self.segments = SegmentBuffer()
@@ -140,6 +147,8 @@ class Pipeline:
         with self.db.connect() as conn:
             users, items = recent_pairs(conn, self.settings.serving_history_pairs)
         self.history.add(users, items)
+        with self.db.connect() as conn:
+            self.popular.add(*recent_pairs(conn, self.settings.popular_window))
         newest = self.registry.newest_loadable()
         if newest is not None:
             self.swap(newest)
@@ -172,6 +181,8 @@ class Pipeline:
                 self._save_heartbeats(conn)
             self._unsaved_heartbeats = []
             alerts = self._evaluate_and_learn(outcome.stored)
+            stored = outcome.stored
+            self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
         self.metrics.events_ingested.inc(outcome.accepted)
         self.metrics.events_duplicate.inc(outcome.duplicates)
         try:
@@ -410,6 +421,8 @@ class Pipeline:
         events stored while it ran, are folded in outside the lock so ingestion keeps
         flowing; only a tail of at most ``_SWAP_TAIL_EVENTS`` events (those stored in
         the last catch-up round) is folded in under the lock, just before the switch.
+        The version's item index (``SERVING_INDEX``) is built before that, outside the
+        lock too: requests go on being served by the old version meanwhile.
         """
         began = time.perf_counter()
         serving = self._serving_for(loaded)
@@ -418,6 +431,7 @@ class Pipeline:
             caught_up_to, folded = self._fold_in_since(serving, caught_up_to)
             if folded <= _SWAP_TAIL_EVENTS:
                 break
+        self._index_items(serving)
         with self._lock:
             self._fold_in_since(serving, caught_up_to)
             self.serving = serving
@@ -429,6 +443,22 @@ class Pipeline:
         self.swap_seconds += time.perf_counter() - began
         self.metrics.model_swaps.inc()
         log.info("serving model %s", loaded.version)
+
+    def _index_items(self, serving: ServingModel) -> None:
+        """Build the item index ``SERVING_INDEX`` asks for and hand it to ``serving``."""
+        model = serving.model
+        if model is None:
+            return
+        index = build_index(model.item_factors, serving.view.item_bias, self.index_options)
+        serving.attach_index(index)
+        if index is not None:
+            log.info(
+                "%s index of %d items for %s built in %.1f s",
+                index.name,
+                index.n_items,
+                serving.version,
+                index.build_seconds,
+            )
 
     def _fold_in_since(self, serving: ServingModel, after_id: int) -> tuple[int, int]:
         """Fold the labelled events stored after ``after_id`` into ``serving``.
@@ -519,29 +549,34 @@ class Pipeline:
             rating_range=(self.settings.rating_min, self.settings.rating_max),
             max_users=self.settings.serving_max_users,
             max_items=self.settings.serving_max_items,
+            cached_answers=self.settings.serving_cached_answers,
         )
 
     # -- serving --------------------------------------------------------------------
+    @property
+    def recommend_is_quick(self) -> bool:
+        """Whether ``recommend`` costs well under a millisecond now: an item index
+        serves it, or the catalogue is below the size that would get one."""
+        view = self.serving.view
+        items = 0 if view.model is None else view.model.n_items
+        return view.index is not None or items < self.index_options.min_items
+
     def recommend(self, user_id: str, k: int) -> Recommendation:
         """Top-``k`` unseen items; users the model cannot place get what is popular now.
 
-        Lock-free: the serving model's published view is taken once, so the items and
-        the version named in the answer always belong together, whatever swap or
-        ingest batch happens meanwhile.
+        Lock-free and without I/O: the serving model's published view, the user's rated
+        items and the popular ranking are in-memory snapshots that ingestion replaces
+        whole, each taken once. An acknowledged event is in all three before ``ingest``
+        returns, so the user's next request reflects it. The items and the version named
+        in the answer always belong together, whatever swap or batch happens meanwhile.
         """
         view = self.serving.view
         version = view.version or "none"
-        with self.db.connect() as conn:
-            seen = rated_items(conn, user_id)
-            personal = view.recommend(user_id, k, seen)
-            if personal is not None:
-                return Recommendation(user_id, personal, version, "model")
-            window = self.settings.popular_window
-            popular = popular_items(conn, window, k + len(seen))
-        unseen = set(seen)
-        total = max(1, sum(count for _, count in popular))
-        items = [(item, count / total) for item, count in popular if item not in unseen][:k]
-        return Recommendation(user_id, items, version, "popular")
+        seen = self.history.items(user_id)
+        personal = view.recommend(user_id, k, seen)
+        if personal is not None:
+            return Recommendation(user_id, personal, version, "model")
+        return Recommendation(user_id, self.popular.top(k, seen), version, "popular")
 
     def heartbeats(self, since_events: int = 0) -> list[dict]:
         """Stored heartbeats and those waiting for the next write, oldest first."""

@@ -1,0 +1,133 @@
+"""The ANN item index and the serving view that reads it.
+
+The index is approximate by design; what must hold exactly is everything around it: the
+view leaves out rated items, scores candidates with the current biases, and never
+misses an item whose online bias rose after the index was built.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from benchmarks.bench.catalogue import synthetic_version
+from service.serving.index import IndexOptions, ItemIndex, IvfIndex, build_index
+from service.serving.model import ServingModel
+
+
+class StaleExactIndex(ItemIndex):
+    """A perfect index over the biases it was built with: whatever it misses, it misses
+    because the biases moved since, which is what ``risen`` must make up for."""
+
+    name = "stale-exact"
+
+    def __init__(self, item_factors: np.ndarray, item_bias: np.ndarray) -> None:
+        super().__init__(item_factors, item_bias)
+        self.item_factors = item_factors
+
+    def candidates(self, vector: np.ndarray, n: int) -> np.ndarray:
+        scores = self.item_factors @ vector[:-1] + self.indexed_bias
+        return np.argsort(-scores, kind="stable")[:n]
+
+
+def _serving(items: int = 3000, users: int = 200, factors: int = 8) -> ServingModel:
+    model = synthetic_version(items, users, factors, seed=3)
+    return ServingModel(model, "v1")
+
+
+def test_the_ivf_index_finds_the_exact_top_10_on_a_clustered_catalogue() -> None:
+    model = synthetic_version(20_000, 300, 16, seed=1)
+    bias = np.random.default_rng(0).normal(0.0, 0.3, model.n_items)
+    index = IvfIndex(model.item_factors, bias, IndexOptions("ann", probes=32))
+    recalls = []
+    for user in range(300):
+        vector = np.append(model.user_factors[user], 0.0)
+        exact = np.argsort(-(model.item_factors @ vector[:-1] + bias))[:10]
+        recalls.append(len(set(index.candidates(vector, 10)) & set(exact)) / 10)
+    assert np.mean(recalls) >= 0.95
+    assert index.lists == round(np.sqrt(model.n_items))
+
+
+def test_an_exhaustive_index_answers_exactly_what_scoring_every_item_does() -> None:
+    serving = _serving()
+    model = serving.model
+    assert model is not None
+    users = [f"u{i}" for i in range(0, 200, 7)]
+    rated = {
+        user: frozenset(model.item_ids[j] for j in range(i, 3000, 97))
+        for i, user in enumerate(users)
+    }
+    exact = {user: serving.recommend(user, 10, rated[user]) for user in users}
+    # As many probes as lists: the index scans everything, so only the view's own work
+    # (exclusion, rescoring, ties) can make a difference.
+    serving.attach_index(
+        IvfIndex(model.item_factors, serving.view.item_bias, IndexOptions("ann", probes=10_000))
+    )
+    for user in users:
+        assert serving.recommend(user, 10, rated[user]) == exact[user]
+        assert not set(item for item, _ in exact[user] or []) & rated[user]
+
+
+def test_an_item_whose_bias_rose_after_indexing_is_recommended_as_exact_scoring_would() -> None:
+    serving = _serving()
+    model = serving.model
+    assert model is not None
+    serving.attach_index(StaleExactIndex(model.item_factors, serving.view.item_bias))
+    vector = serving.view.user_vector("u1")
+    assert vector is not None
+    # The item this user ranks 30th, pushed up by many users rating it 5: a perfect
+    # index over the old biases never offers it among 10 candidates.
+    order = np.argsort(-(model.item_factors @ vector[:-1]), kind="stable")
+    pushed = model.item_ids[int(order[29])]
+    raters = [f"u{i}" for i in range(2, 200)]
+    serving.learn(raters, [pushed] * len(raters), np.full(len(raters), 5.0))
+    assert model.item_index[pushed] in serving.view.risen.tolist()
+    with_index = serving.recommend("u1", 10)
+    assert with_index is not None and pushed in [item for item, _ in with_index]
+    serving.attach_index(None)
+    assert with_index == serving.recommend("u1", 10)
+
+
+def test_a_bias_that_falls_back_leaves_the_risen_items() -> None:
+    serving = _serving()
+    model = serving.model
+    assert model is not None
+    serving.attach_index(StaleExactIndex(model.item_factors, serving.view.item_bias))
+    item = model.item_ids[5]
+    serving.learn(["u1", "u2"], [item, item], np.array([5.0, 5.0]))
+    assert 5 in serving.view.risen.tolist()
+    serving.learn([f"u{i}" for i in range(3, 60)], [item] * 57, np.full(57, 0.5))
+    assert 5 not in serving.view.risen.tolist()
+
+
+@pytest.mark.parametrize(
+    ("kind", "items", "expected"),
+    [
+        ("exact", 10**6, None),
+        ("auto", 100, None),
+        ("auto", 2000, IvfIndex),
+        ("ann", 100, IvfIndex),
+    ],
+)
+def test_serving_index_chooses_by_setting_and_catalogue_size(
+    kind: str, items: int, expected: type | None
+) -> None:
+    rng = np.random.default_rng(0)
+    factors, bias = rng.normal(size=(items, 4)), np.zeros(items)
+    options = IndexOptions(kind, min_items=1000)
+    if kind == "exact":  # no build at all: only the choice is checked
+        assert options.resolve(items) == "exact"
+        return
+    index = build_index(factors, bias, options)
+    assert (index is None) if expected is None else isinstance(index, expected)
+
+
+def test_an_unknown_index_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown index"):
+        IndexOptions("hnsw")
+
+
+def test_a_view_without_a_version_has_nothing_to_index() -> None:
+    serving = ServingModel(None, None)
+    serving.attach_index(None)
+    assert serving.recommend("anyone", 5) is None

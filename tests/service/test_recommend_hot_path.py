@@ -1,0 +1,106 @@
+"""``Pipeline.recommend`` reads memory only, and reflects each ingested event at once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from service.app import build_pipeline
+from service.settings import Settings
+from service.store.events import NewEvent, popular_items, rated_items
+from service.stream.pipeline import Pipeline
+from tests.support.synthetic import stationary_stream
+
+
+@pytest.fixture
+def pipeline(tmp_path: Path, database_url: str) -> Iterator[Pipeline]:
+    settings = Settings(
+        data_dir=tmp_path / "data",
+        database_url=database_url,
+        bootstrap_events=200,
+        factors=8,
+        max_epochs=5,
+        refresh_events=None,
+        retrain_runtime="thread",
+        popular_window=150,
+    )
+    built = build_pipeline(settings, background_retrain=False)
+    stream = stationary_stream(n_users=40, n_items=30, n_events=300, seed=4)
+    events = [
+        NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
+        for e in stream
+    ]
+    for start in range(0, len(events), 100):
+        built.ingest(events[start : start + 100])
+    assert built.serving.version is not None
+    db = built.db  # a test may take it away
+    yield built
+    built.retrainer.close()
+    db.dispose()
+
+
+class NoDatabase:
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"recommend touched the database ({name})")
+
+
+def test_recommend_answers_known_and_unknown_users_without_the_database(
+    pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    db = pipeline.db
+    with db.connect() as conn:
+        rated = {user: set(rated_items(conn, user)) for user in ("u1", "u7")}
+        popular = [item for item, _ in popular_items(conn, 150, limit=5)]
+    monkeypatch.setattr(pipeline, "db", NoDatabase())
+    for user in ("u1", "u7"):
+        answer = pipeline.recommend(user, 5)
+        assert answer.source == "model" and len(answer.items) == 5
+        assert not {item for item, _ in answer.items} & rated[user]
+    stranger = pipeline.recommend("nobody-knows-me", 5)
+    assert stranger.source == "popular"
+    assert [item for item, _ in stranger.items] == popular
+
+
+def test_an_ingested_event_is_in_the_next_answer(pipeline: Pipeline) -> None:
+    before = pipeline.recommend("u3", 5)
+    best, score = before.items[0]
+    pipeline.ingest([NewEvent("u3", best, 1.0)])
+    after = pipeline.recommend("u3", 5)
+    assert best not in [item for item, _ in after.items]
+    scores_before, scores_after = dict(before.items), dict(after.items)
+    shared = set(scores_before) & set(scores_after)
+    assert shared and all(scores_before[i] != scores_after[i] for i in shared)
+
+    top = pipeline.recommend("new-user", 3).items[0][0]
+    pipeline.ingest([NewEvent("new-user", top)])  # implicit: no rating, no fold-in
+    answer = pipeline.recommend("new-user", 3)
+    assert answer.source == "popular" and top not in [item for item, _ in answer.items]
+    pipeline.ingest([NewEvent("new-user", "i2", 5.0)])  # labelled: the user is placed
+    assert pipeline.recommend("new-user", 3).source == "model"
+
+
+def test_popular_items_come_back_after_a_restart(pipeline: Pipeline) -> None:
+    ranking = pipeline.popular.ranking
+    restarted = build_pipeline(pipeline.settings, background_retrain=False)
+    try:
+        assert restarted.popular.ranking == ranking
+        assert restarted.recommend("stranger", 5) == pipeline.recommend("stranger", 5)
+        assert restarted.history.items("u1") == pipeline.history.items("u1")
+    finally:
+        restarted.retrainer.close()
+        restarted.db.dispose()
+
+
+def test_a_kept_answer_is_served_until_the_next_batch_and_never_after(
+    pipeline: Pipeline,
+) -> None:
+    first = pipeline.recommend("u5", 5)
+    view = pipeline.serving.view
+    assert ("u5", 5) in view.answers
+    assert pipeline.recommend("u5", 5) == first
+    pipeline.ingest([NewEvent("u9", first.items[0][0], 5.0)])  # another user's event
+    assert pipeline.serving.view is not view and not pipeline.serving.view.answers
+    pipeline.ingest([NewEvent("u5", first.items[0][0], 1.0)])
+    assert first.items[0][0] not in [item for item, _ in pipeline.recommend("u5", 5).items]
