@@ -17,6 +17,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
 from functions.objectstore import open_object_store
 from service.api.access import Access, Refused, authorize
+from service.api.fastpath import RecommendFastPath
 from service.api.hardening import Hardening
 from service.api.limits import limits_from
 from service.api.openapi import document_access
@@ -104,6 +105,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.limits = limits_from(settings)
     for module in (ingest, recommend, drift, models, jobs, health, dashboard, keys):
         app.include_router(module.router)
+    # Innermost, so its answers pass the host check, carry the headers and are timed.
+    app.add_middleware(RecommendFastPath)
     app.add_middleware(RequestTimer, histogram=metrics.request_seconds, responses=metrics.responses)
     if settings.cors_origins:
         app.add_middleware(

@@ -1,15 +1,24 @@
-"""GET /recommend: top-K for a user, popular items for a stranger."""
+"""GET /recommend: top-K for a user, popular items for a stranger.
+
+The hot path of the service, kept lean by measurement (``driftline bench serve``,
+BENCHMARKS.md): the answer is computed on the event loop when it costs well under a
+millisecond (an ANN index serves it, or the catalogue is small enough to score whole),
+which saves a thread hand-off per request; and it is encoded with orjson straight to
+bytes instead of being validated through the response model and encoded by the
+standard library. The response model still documents the answer in the OpenAPI schema.
+"""
 
 from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Query
+import orjson
+from fastapi import APIRouter, Depends, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.deps import PipelineDep
 from service.api.limits import limit_recommend
-from service.api.schemas import RecommendationPublic, ScoredItem, answers
+from service.api.schemas import RecommendationPublic, answers
 from service.ingest.validation import IDENTIFIER_PATTERN
 
 router = APIRouter(tags=["serving"])
@@ -25,11 +34,15 @@ async def recommend(
     pipeline: PipelineDep,
     user_id: Annotated[str, Query(min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN)],
     k: Annotated[int, Query(ge=1, le=1000)] = 10,
-) -> RecommendationPublic:
-    result = await run_in_threadpool(pipeline.recommend, user_id, k)
-    return RecommendationPublic(
-        user_id=result.user_id,
-        items=[ScoredItem(item_id=item, score=score) for item, score in result.items],
-        model_version=result.model_version,
-        source=result.source,
-    )
+) -> Response:
+    if pipeline.recommend_is_quick:
+        result = pipeline.recommend(user_id, k)
+    else:  # every item of a large catalogue scored: keep the event loop free meanwhile
+        result = await run_in_threadpool(pipeline.recommend, user_id, k)
+    body = {
+        "user_id": result.user_id,
+        "items": [{"item_id": item, "score": score} for item, score in result.items],
+        "model_version": result.model_version,
+        "source": result.source,
+    }
+    return Response(orjson.dumps(body), media_type="application/json")
