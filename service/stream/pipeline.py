@@ -109,6 +109,9 @@ class Pipeline:
         #: Recent events and their errors, to say where an alert's rise comes from.
         self.segments = SegmentBuffer()
         self._change_ids: OrderedDict[int, int] = OrderedDict()
+        #: A drift alert raised while another job ran: (trigger, alert id, change point
+        #: id), started as a job of its own once that one ends.
+        self._deferred_drift: tuple[str, int, int] | None = None
         self.monitor = make_detector(
             settings.drift_detector,
             delta=settings.adwin_delta,
@@ -394,10 +397,22 @@ class Pipeline:
         for alert_id in alert_ids:
             change_after_id = self._change_ids.pop(alert_id, None)
             trigger = self.policy.on_alert()
-            if trigger is not None:
-                self.retrainer.request(
-                    trigger, alert_id, base=self.current, change_after_id=change_after_id
-                )
+            if trigger is None:
+                continue
+            if self.retrainer.active_job_id is not None and change_after_id is not None:
+                # The running job's window predates the change: train on the change as
+                # soon as it ends, rather than call that job the answer to the alert.
+                self._deferred_drift = (trigger, alert_id, change_after_id)
+                continue
+            self.retrainer.request(
+                trigger, alert_id, base=self.current, change_after_id=change_after_id
+            )
+        if self.retrainer.active_job_id is None and self._deferred_drift is not None:
+            trigger, alert_id, change_after_id = self._deferred_drift
+            self._deferred_drift = None
+            self.retrainer.request(
+                trigger, alert_id, base=self.current, change_after_id=change_after_id
+            )
         if self.retrainer.active_job_id is None:
             since = None if self.current is None else self.labelled_seen - self._seen_at_swap
             trigger = self.policy.on_progress(self.labelled_seen, since)

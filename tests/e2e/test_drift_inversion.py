@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from benchmarks.launcher import ServerProcess
-from benchmarks.scenarios import plant, synthetic_stream
+from benchmarks.scenarios import PlantedDrift, plant, synthetic_stream
 
 pytestmark = pytest.mark.slow
 
@@ -27,28 +27,44 @@ BATCH = 500
 RATE = 4_000  # events per second
 
 
-def _paced_replay(client: httpx.Client, events: list[dict]) -> None:
+def _paced_replay(client: httpx.Client, events: list[dict], warm_up: int = 2_000) -> None:
+    """Post ``events`` at ``RATE``; after the first ``warm_up`` of them, wait until the
+    bootstrap model serves (a drift is only a drift of a model that exists)."""
     began = time.monotonic()
     for start in range(0, len(events), BATCH):
         response = client.post("/ingest", json={"events": events[start : start + BATCH]})
         assert response.status_code == 200, response.text
+        if start + BATCH == warm_up:
+            _wait_for_a_model(client)
+            began = time.monotonic() - (start + BATCH) / RATE
         due = began + (start + BATCH) / RATE
         time.sleep(max(0.0, due - time.monotonic()))
 
 
-def _wait_for_drift_version(client: httpx.Client) -> dict:
-    """The succeeded drift job, once serving has followed the registry to its version."""
-    for _ in range(600):
-        jobs = client.get("/jobs").json()["jobs"]
-        done = [j for j in jobs if j["trigger"] == "drift" and j["status"] == "succeeded"]
+def _wait_for_a_model(client: httpx.Client) -> None:
+    for _ in range(1_200):
+        if client.get("/models").json()["current"] is not None:
+            return
+        time.sleep(0.1)
+    raise AssertionError("the bootstrap model did not serve within 120 s")
+
+
+def _wait_for_alert_version(client: httpx.Client) -> dict:
+    """The job that answered the first alert, once it succeeded and serving followed the
+    registry past its version. An alert raised while a refresh runs starts its drift job
+    when the refresh ends."""
+    for _ in range(1_200):
+        alerts = client.get("/drift/alerts").json()["alerts"]
+        job_id = min(alerts, key=lambda a: a["events_seen"])["retrain_job_id"] if alerts else None
+        job = client.get(f"/jobs/{job_id}").json() if job_id is not None else None
         running = client.get("/healthz").json()["retrain_job_running"]
-        if done and running is None:
+        if job is not None and job["status"] == "succeeded" and running is None:
             models = client.get("/models").json()
             live = [v["version"] for v in models["versions"] if v["deleted_at"] is None]
             if models["current"] == live[0]:
-                return done[-1]
+                return job
         time.sleep(0.1)
-    raise AssertionError("no drift job succeeded and served within 60 s of the replay")
+    raise AssertionError("the first alert's job did not succeed and serve within 120 s")
 
 
 def _rmse_after(beats: list[dict], key: str, after: int) -> float:
@@ -70,12 +86,13 @@ def test_an_inversion_is_alerted_retrained_and_served(tmp_path: Path, refresh: s
         httpx.Client(base_url=server.url, timeout=60) as client,
     ):
         _paced_replay(client, events)
-        job = _wait_for_drift_version(client)
+        job = _wait_for_alert_version(client)
         alerts = sorted(
             client.get("/drift/alerts").json()["alerts"], key=lambda a: a["events_seen"]
         )
         beats = client.get("/drift/heartbeats").json()["heartbeats"]
         models = client.get("/models").json()
+        first = client.get(f"/drift/alerts/{alerts[0]['id']}").json() if alerts else None
 
     assert alerts, "no drift alert"
     assert all(a["events_seen"] > onset for a in alerts), alerts
@@ -84,3 +101,25 @@ def test_an_inversion_is_alerted_retrained_and_served(tmp_path: Path, refresh: s
     assert any(v["version"] == job["model_version"] for v in models["versions"])
     after = onset + 5_000  # once the drift job had time to land
     assert _rmse_after(beats, "rmse", after) < _rmse_after(beats, "static_rmse", after)
+    _assert_says_where(first, planted)
+    # The drift job trained on the change: every event since its alert's change point
+    # and a sample of what came before, far less than the history before the onset.
+    assert job["params"]["change_after_id"] is not None, job["params"]
+    assert job["window_events"] < onset, job
+
+
+def _assert_says_where(alert: dict | None, planted: PlantedDrift) -> None:
+    """The alert's segments put the rise on the users who inverted their taste."""
+    assert alert is not None and alert["segments"] is not None, alert
+    segments = alert["segments"]
+    assert abs(segments["change_events"] - (planted.onset or 0)) <= 2_500, segments
+    assert segments["users"]["returning"]["share_of_rise"] > 0.5, segments["users"]
+    inverted = {
+        user
+        for user, drifted in zip(planted.stream.user_ids, planted.drifted, strict=True)
+        if drifted
+    }
+    # At the alert each user has a handful of events since the change; those with
+    # enough to be listed whose error rose most are mostly the inverted (30 % of all).
+    top = [entry["id"] for entry in segments["top_users"]]
+    assert len(top) >= 5 and sum(user in inverted for user in top) > len(top) / 2, top
