@@ -90,20 +90,40 @@ def _detectors(settings: Settings) -> dict[str, DriftDetector]:
     }
 
 
-def _replay(pipeline: Pipeline, stream: RatingStream, size: int, river: RiverTrack | None):
+def _replay(
+    pipeline: Pipeline, stream: RatingStream, size: int, river: RiverTrack | None, since: int = 0
+) -> tuple[np.ndarray, float | None]:
+    """Replay ``stream``; river's predictions and its hit-rate@10 from ``since`` on."""
     predictions = []
+    at_onset = (0.0, 0)
     for start in range(0, len(stream), size):
         stop = min(start + size, len(stream))
         pipeline.ingest(_batch(stream, start, stop))
-        if river is not None:
-            predictions.append(
-                river.process(
-                    stream.user_ids[start:stop],
-                    stream.item_ids[start:stop],
-                    stream.ratings[start:stop],
-                )
+        if river is None:
+            continue
+        if start <= since < stop or (start == 0 and since == 0):
+            at_onset = _river_hits(river)
+        predictions.append(
+            river.process(
+                stream.user_ids[start:stop],
+                stream.item_ids[start:stop],
+                stream.ratings[start:stop],
+                stream.timestamps[start:stop],
             )
-    return np.concatenate(predictions) if predictions else np.empty(0)
+        )
+    if river is None:
+        return np.empty(0), None
+    hits, count = _river_hits(river)
+    ranked = count - at_onset[1]
+    rate = (hits - at_onset[0]) / ranked if ranked else None
+    return np.concatenate(predictions), rate
+
+
+def _river_hits(river: RiverTrack) -> tuple[float, int]:
+    """Hits and ranked events of river so far."""
+    tracker = river.ranker.tracker
+    count = tracker.count("river")
+    return (tracker.hit_rate("river") or 0.0) * count, count
 
 
 def _segment_figures(pipeline: Pipeline, since: int) -> dict[str, float | None]:
@@ -163,8 +183,8 @@ def _run_scenario(planted: PlantedDrift, batch_size: int) -> dict[str, Any]:
         }
         watched = ShadowedDetector(pipeline.monitor, shadows)
         pipeline.monitor = watched
-        river = RiverTrack()
-        river_predictions = _replay(pipeline, stream, batch_size, river)
+        river = RiverTrack(ranking=pipeline.ranking.sampler)
+        river_predictions, river_hit_rate = _replay(pipeline, stream, batch_size, river, since)
         driftline = _segment_figures(pipeline, since)
         primary_alerts = _alerts_of(pipeline)
         pipeline.retrainer.close()
@@ -193,6 +213,7 @@ def _run_scenario(planted: PlantedDrift, batch_size: int) -> dict[str, Any]:
         "driftline_hit_rate": driftline["hit_rate"],
         "foldin_only_hit_rate": foldin["hit_rate"],
         "static_hit_rate": driftline["static_hit_rate"],
+        "river_hit_rate": river_hit_rate,
     }
 
 
