@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 from numpy.typing import ArrayLike
@@ -55,14 +55,19 @@ NOT_RANKED = 0
 
 _HASH_PERSON = b"driftline-rank"
 _HASH_SCALE = float(2**64)
+#: Ids whose digest a sampler keeps (cleared whole when full): a stream repeats its
+#: users and items, and a digest costs ten times a look-up.
+_ID_CACHE_LIMIT = 100_000
 
 
 def sample_point(user_id: str, item_id: str, timestamp: float | None) -> float:
     """The event's fixed position in [0, 1): the same for every model, run and process.
 
-    A keyed BLAKE2b of ``user, item, timestamp`` (not Python's ``hash``, which changes
-    from process to process). The timestamp is read as a float, so ``964982703`` and
-    ``964982703.0`` are the same event; an event without one hashes its user and item.
+    A keyed BLAKE2b digest of the user id and of the item id (not Python's ``hash``,
+    which changes from process to process), mixed with the timestamp's bits by
+    MurmurHash3's 64-bit finaliser, three times over so that no part can cancel another.
+    The timestamp is read as a float, so ``964982703`` and ``964982703.0`` are the same
+    event; an event without one mixes in a NaN's bits instead.
 
     Examples
     --------
@@ -70,10 +75,31 @@ def sample_point(user_id: str, item_id: str, timestamp: float | None) -> float:
     >>> 0.0 <= point < 1.0, point == sample_point("u1", "i9", 964982703.0)
     (True, True)
     """
-    stamp = "" if timestamp is None else repr(float(timestamp))
-    key = f"{user_id}\x1f{item_id}\x1f{stamp}".encode()
-    digest = hashlib.blake2b(key, digest_size=8, person=_HASH_PERSON).digest()
-    return int.from_bytes(digest, "little") / _HASH_SCALE
+    mixed = _mix([_id_digest(user_id)], [_id_digest(item_id)], [timestamp])
+    return float(mixed[0]) / _HASH_SCALE
+
+
+def _id_digest(key: str) -> int:
+    digest = hashlib.blake2b(key.encode(), digest_size=8, person=_HASH_PERSON).digest()
+    return int.from_bytes(digest, "big")
+
+
+def _fmix64(x: np.ndarray) -> np.ndarray:
+    """MurmurHash3's 64-bit finaliser: every input bit moves every output bit (uint64
+    arithmetic wraps around, identically on every platform)."""
+    x = x ^ (x >> np.uint64(33))
+    x = x * np.uint64(0xFF51AFD7ED558CCD)
+    x = x ^ (x >> np.uint64(33))
+    x = x * np.uint64(0xC4CEB9FE1A85EC53)
+    return x ^ (x >> np.uint64(33))
+
+
+def _mix(users: Sequence[int], items: Sequence[int], stamps: Sequence[float | None]) -> np.ndarray:
+    """Each event's 64-bit sample hash, from its ids' digests and its timestamp."""
+    times = np.array([np.nan if t is None else float(t) for t in stamps], dtype=np.float64)
+    mixed = _fmix64(times.view(np.uint64) ^ np.uint64(0x9E3779B97F4A7C15))
+    mixed = _fmix64(mixed ^ np.array(items, dtype=np.uint64))
+    return _fmix64(mixed ^ np.array(users, dtype=np.uint64))
 
 
 @dataclass(frozen=True)
@@ -91,16 +117,22 @@ class RankingSampler:
 
     Examples
     --------
+    >>> events = [("u1", "i1", 1.0), ("u3", "i2", 3.0), ("u4", "i5", 4.0)]
+    >>> [round(sample_point(*event), 3) for event in events]
+    [0.489, 0.744, 0.122]
     >>> sampler = RankingSampler(fraction=0.5, min_rating=4.0)
-    >>> sampler.mask(["u1", "u2", "u3"], ["i1", "i1", "i2"], [1.0, 2.0, 3.0],
-    ...              [5.0, None, 3.5]).tolist()
-    [True, False, False]
+    >>> sampler.mask(["u1", "u3", "u4", "u4"], ["i1", "i2", "i5", "i5"], [1.0, 3.0, 4.0, 4.0],
+    ...              [5.0, 4.5, None, 4.0]).tolist()
+    [True, False, False, True]
     >>> RankingSampler(fraction=1.0).includes("u2", "i7", None, 4.0)
     True
     """
 
     fraction: float = 0.1
     min_rating: float = 4.0
+    _digests: dict[str, int] = field(
+        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.fraction <= 1.0:
@@ -110,9 +142,7 @@ class RankingSampler:
         self, user_id: str, item_id: str, timestamp: float | None, rating: float | None
     ) -> bool:
         """Whether this one event is ranked."""
-        if rating is None or not rating >= self.min_rating or self.fraction <= 0.0:
-            return False
-        return self.fraction >= 1.0 or sample_point(user_id, item_id, timestamp) < self.fraction
+        return bool(self.mask([user_id], [item_id], [timestamp], [rating])[0])
 
     def mask(
         self,
@@ -123,18 +153,38 @@ class RankingSampler:
     ) -> np.ndarray:
         """Which of ``n`` events are ranked, a boolean array ``(n,)``.
 
-        Only liked events are hashed, which halves the cost on rating data.
+        Only liked events are hashed, vectorised over the batch, from digests of their
+        ids kept between batches: a ranked sample costs the ingest path a few look-ups
+        per event rather than a digest.
         """
-        return np.fromiter(
-            (
-                self.includes(user, item, stamp, rating)
-                for user, item, stamp, rating in zip(
-                    user_ids, item_ids, timestamps, ratings, strict=True
-                )
-            ),
-            dtype=bool,
-            count=len(user_ids),
+        n = len(user_ids)
+        if not len(item_ids) == len(timestamps) == len(ratings) == n:
+            raise ValueError("user_ids, item_ids, timestamps and ratings differ in length")
+        score = np.array([np.nan if r is None else r for r in ratings], dtype=np.float64)
+        liked = np.flatnonzero(score >= self.min_rating)
+        chosen = np.zeros(n, dtype=bool)
+        if self.fraction <= 0.0 or not liked.size:
+            return chosen
+        if self.fraction >= 1.0:
+            chosen[liked] = True
+            return chosen
+        positions = liked.tolist()
+        mixed = _mix(
+            [self._digest(user_ids[j]) for j in positions],
+            [self._digest(item_ids[j]) for j in positions],
+            [timestamps[j] for j in positions],
         )
+        chosen[liked] = mixed.astype(np.float64) / _HASH_SCALE < self.fraction
+        return chosen
+
+    def _digest(self, key: str) -> int:
+        digests = self._digests
+        value = digests.get(key)
+        if value is None:
+            if len(digests) >= _ID_CACHE_LIMIT:
+                digests.clear()
+            value = digests[key] = _id_digest(key)
+        return value
 
 
 def rank_of(scores: ArrayLike, target: int, exclude: ArrayLike | None = None) -> int:
@@ -175,6 +225,8 @@ def ranks_of(
     scores: np.ndarray,
     targets: ArrayLike,
     excluded: Sequence[Sequence[int] | np.ndarray] | None = None,
+    *,
+    distinct: bool = False,
 ) -> np.ndarray:
     """``rank_of`` for ``m`` events at once, vectorised over the batch.
 
@@ -186,6 +238,8 @@ def ranks_of(
         Row of each event's item, shape ``(m,)``; negative for an unknown item.
     excluded
         Per event, the rows to leave out (``m`` arrays of any length), or None.
+    distinct
+        The caller vouches that no list repeats a row, which saves a sort.
 
     Returns
     -------
@@ -220,7 +274,7 @@ def ranks_of(
         ranks[j] += np.count_nonzero(scores[j, : targets[j]] == chosen[j])
     eligible = known
     if excluded is not None:
-        ahead, hit = excluded_ahead(scores, targets, chosen, excluded)
+        ahead, hit = excluded_ahead(scores, targets, chosen, excluded, distinct=distinct)
         ranks -= ahead
         eligible = known & ~hit
     return np.where(eligible, ranks, NOT_RANKED).astype(np.int64)
@@ -231,6 +285,8 @@ def excluded_ahead(
     targets: np.ndarray,
     chosen: np.ndarray,
     excluded: Sequence[Sequence[int] | np.ndarray],
+    *,
+    distinct: bool = False,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Per event, how many distinct excluded rows rank ahead of its target ``(m,)``, and
     whether the target itself is excluded ``(m,)``; ``chosen`` holds the targets' scores.
@@ -244,8 +300,9 @@ def excluded_ahead(
         return np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool)
     flat = np.concatenate([np.asarray(r, dtype=np.int64).reshape(-1) for r in excluded])
     owner = np.repeat(np.arange(m), lengths)
-    unique = np.unique(owner * n + flat)  # a repeated exclusion counts once
-    owner, flat = unique // n, unique % n
+    if not distinct:
+        unique = np.unique(owner * n + flat)  # a repeated exclusion counts once
+        owner, flat = unique // n, unique % n
     theirs, target = scores[owner, flat], targets[owner]
     ahead = (theirs > chosen[owner]) | ((theirs == chosen[owner]) & (flat < target))
     hit = np.zeros(m, dtype=bool)

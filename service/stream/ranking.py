@@ -40,32 +40,8 @@ _UNSAMPLED = -1
 _FIGURES = ("hit_rate", "ndcg", "static_hit_rate", "static_ndcg")
 
 
-class CatalogueScorer:
-    """Every item's score for many user vectors at once: ``mu + b_u + b_i + p_u . q_i``.
-
-    The product runs through ``np.einsum`` over the version's item factors, transposed
-    once per version and kept: BLAS ``matmul`` wakes its threads for an ``m x k x n``
-    product this small, and on a 2-core machine shared with the service's other work
-    that was measured at 60 ms median (0.1 ms at best) for 24 vectors and 9,700 items,
-    against 3 ms median (0.4 ms at best) here.
-    """
-
-    def __init__(self) -> None:
-        self._model: BiasedMF | None = None
-        self._factors_t = np.zeros((0, 0))
-
-    def scores(
-        self, model: BiasedMF, vectors: np.ndarray, global_mean: float, item_bias: np.ndarray
-    ) -> np.ndarray:
-        """Scores ``m x n_items`` of the user vectors [p_u; b_u] (``m x k+1``)."""
-        if model is not self._model:
-            self._model = model
-            self._factors_t = np.ascontiguousarray(model.item_factors.T)
-        factors = np.ascontiguousarray(vectors[:, :-1])
-        scores = np.einsum("md,dn->mn", factors, self._factors_t)
-        scores += item_bias  # in place: a fresh m x n temporary costs more than the sum
-        scores += (global_mean + vectors[:, -1])[:, None]
-        return scores
+#: Users whose encoded history a ``CatalogueRanker`` keeps (cleared whole when full).
+_ENCODED_USERS = 10_000
 
 
 class RatedBefore(Collection[str]):
@@ -74,15 +50,18 @@ class RatedBefore(Collection[str]):
 
     Parameters
     ----------
+    user_id
+        Whose items they are.
     before
         The history's items of the user, as the batch found them.
     batch
         The user's items from earlier events of the batch.
     """
 
-    __slots__ = ("before", "batch")
+    __slots__ = ("user_id", "before", "batch")
 
-    def __init__(self, before: frozenset[str], batch: Sequence[str] = ()) -> None:
+    def __init__(self, user_id: str, before: frozenset[str], batch: Sequence[str] = ()) -> None:
+        self.user_id = user_id
         self.before = before
         self.batch = frozenset(item for item in batch if item not in before)
 
@@ -96,50 +75,91 @@ class RatedBefore(Collection[str]):
         return chain(self.before, self.batch)
 
 
-def rank_items(
-    scores: np.ndarray,
-    placed: np.ndarray,
-    model: BiasedMF,
-    item_ids: Sequence[str],
-    excluded: Sequence[Collection[str]],
-) -> np.ndarray:
-    """Rank of each event's item ``(m,)`` among the items not in its exclusion set.
+class CatalogueRanker:
+    """Ranks events' items over one version's whole catalogue: ``drift.ranking.ranks_of``
+    with scores ``mu + b_u + b_i + p_u . q_i`` and exclusions given as item ids.
 
-    ``drift.ranking.ranks_of`` with the exclusions given as item ids. A user's history
-    is encoded into the model's rows once per call, however many of the user's events
-    are ranked (users rate in bursts, and a heavy user has rated thousands of items).
+    Two costs dominate and both are paid once per version rather than per event:
 
-    Parameters
-    ----------
-    scores, placed
-        Scores ``m x n_items`` (``CatalogueScorer``) and which users the model could
-        place.
-    model
-        The version whose item rows the scores follow.
-    item_ids
-        Each event's item ``(m,)``.
-    excluded
-        Per event, the item ids the user had rated before it (a ``RatedBefore`` shares
-        the encoding of its history part).
+    * the scores' product runs through ``np.einsum`` over the item factors, transposed
+      once and kept: BLAS ``matmul`` wakes its threads for an ``m x k x n`` product this
+      small, and on a 2-core machine shared with the service's other work that was
+      measured at 60 ms median (0.1 ms at best) for 24 vectors and 9,700 items, against
+      3 ms median (0.4 ms at best) here;
+    * a user's history is encoded into the version's rows incrementally: the history
+      hands out a new frozenset when the user rates something, so only the items added
+      since the last encoding are looked up (users rate in bursts, and a heavy user has
+      rated thousands of items).
     """
-    targets = model.encode_items(list(item_ids))
-    targets[~placed] = -1
-    encoded: dict[int, np.ndarray] = {}
 
-    def rows_of(items: Collection[str]) -> np.ndarray:
-        rows = model.encode_items(list(items))
-        return rows[rows >= 0]
+    def __init__(self) -> None:
+        self._model: BiasedMF | None = None
+        self._factors_t = np.zeros((0, 0))
+        self._encoded: dict[str, tuple[frozenset[str], np.ndarray]] = {}
 
-    exclusions = []
-    for rated in excluded:
-        if isinstance(rated, RatedBefore):
-            key = id(rated.before)
-            if key not in encoded:
-                encoded[key] = rows_of(rated.before)
-            exclusions.append(np.concatenate([encoded[key], rows_of(rated.batch)]))
+    def ranks(
+        self,
+        model: BiasedMF,
+        user_vectors: np.ndarray,
+        placed: np.ndarray,
+        item_ids: Sequence[str],
+        excluded: Sequence[Collection[str]],
+        *,
+        global_mean: float,
+        item_bias: np.ndarray,
+    ) -> np.ndarray:
+        """Rank of each event's item ``(m,)`` among the items not in its exclusion set.
+
+        Parameters
+        ----------
+        model
+            The version whose items are ranked.
+        user_vectors
+            Each event's user vector [p_u; b_u] (``m x k+1``).
+        placed
+            Which users the model could place ``(m,)``; the others are ``NOT_RANKED``.
+        item_ids
+            Each event's item ``(m,)``.
+        excluded
+            Per event, the item ids the user had rated before it.
+        global_mean, item_bias
+            The rest of the score: μ and every item's bias ``(n_items,)``.
+        """
+        if model is not self._model:
+            self._model, self._encoded = model, {}
+            self._factors_t = np.ascontiguousarray(model.item_factors.T)
+        factors = np.ascontiguousarray(user_vectors[:, :-1])
+        scores = np.einsum("md,dn->mn", factors, self._factors_t)
+        scores += item_bias  # in place: a fresh m x n temporary costs more than the sum
+        scores += (global_mean + user_vectors[:, -1])[:, None]
+        targets = model.encode_items(list(item_ids))
+        targets[~placed] = -1
+        exclusions = [self._rows(model, rated) for rated in excluded]
+        return ranks_of(scores, targets, exclusions, distinct=True)
+
+    def _rows(self, model: BiasedMF, rated: Collection[str]) -> np.ndarray:
+        """The version's rows of ``rated``, each once."""
+        if not isinstance(rated, RatedBefore):
+            return _encode(model, set(rated))
+        return np.concatenate([self._history_rows(model, rated), _encode(model, rated.batch)])
+
+    def _history_rows(self, model: BiasedMF, rated: RatedBefore) -> np.ndarray:
+        cached = self._encoded.get(rated.user_id)
+        if cached is not None and cached[0] is rated.before:
+            return cached[1]
+        if cached is not None and cached[0] <= rated.before:
+            rows = np.concatenate([cached[1], _encode(model, rated.before - cached[0])])
         else:
-            exclusions.append(rows_of(rated))
-    return ranks_of(scores, targets, exclusions)
+            rows = _encode(model, rated.before)
+        if len(self._encoded) >= _ENCODED_USERS:
+            self._encoded.clear()
+        self._encoded[rated.user_id] = (rated.before, rows)
+        return rows
+
+
+def _encode(model: BiasedMF, items: Collection[str]) -> np.ndarray:
+    rows = model.encode_items(list(items))
+    return rows[rows >= 0]
 
 
 class PrequentialRanking:
@@ -159,8 +179,8 @@ class PrequentialRanking:
         self.sampler = sampler
         self.history = history
         self.tracker = RankingTracker(k)
-        self._serving_scorer = CatalogueScorer()
-        self._static_scorer = CatalogueScorer()
+        self._serving = CatalogueRanker()
+        self._static = CatalogueRanker()
         #: Time spent in ``rank`` (sampling, scoring, the history), which the
         #: prequential benchmark reports as the price of ranking on the ingest path.
         self.seconds = 0.0
@@ -241,7 +261,8 @@ class PrequentialRanking:
             user = event.user_id
             if at in wanted:
                 returning[len(excluded)] = user in learnt
-                excluded.append(RatedBefore(snapshot.get(user, frozenset()), earlier[user]))
+                before = snapshot.get(user, frozenset())
+                excluded.append(RatedBefore(user, before, earlier[user]))
             if user in earlier:
                 earlier[user].append(event.item_id)
                 if event.rating is not None:
@@ -269,8 +290,15 @@ class PrequentialRanking:
             for position, vector in enumerate(held):
                 if vector is not None:
                     vectors[position] = vector
-        scores = self._serving_scorer.scores(model, vectors, view.global_mean, view.item_bias)
-        return rank_items(scores, placed, model, items, excluded)
+        return self._serving.ranks(
+            model,
+            vectors,
+            placed,
+            items,
+            excluded,
+            global_mean=view.global_mean,
+            item_bias=view.item_bias,
+        )
 
     def _static_ranks(
         self,
@@ -285,8 +313,15 @@ class PrequentialRanking:
             return np.full(len(users), NOT_RANKED, dtype=np.int64)
         known = np.where(placed, rows, rows[placed][0])
         vectors = np.column_stack([model.user_factors[known], model.user_bias[known]])
-        scores = self._static_scorer.scores(model, vectors, model.global_mean, model.item_bias)
-        return rank_items(scores, placed, model, items, excluded)
+        return self._static.ranks(
+            model,
+            vectors,
+            placed,
+            items,
+            excluded,
+            global_mean=model.global_mean,
+            item_bias=model.item_bias,
+        )
 
     def take(self, events: int) -> dict[str, Any]:
         """The heartbeat fields of the next ``events`` labelled events, which leave the

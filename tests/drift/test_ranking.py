@@ -169,6 +169,15 @@ def test_the_sample_reads_an_integer_and_a_float_timestamp_alike() -> None:
     assert not RankingSampler(1.0).includes("u", "i", 1.0, None)  # unlabelled
 
 
+def test_an_event_is_in_the_sample_exactly_when_its_point_is_below_the_fraction() -> None:
+    users, items, stamps, ratings = _events(3_000)
+    sampler = RankingSampler(fraction=0.37)
+    points = np.array([sample_point(*event) for event in zip(users, items, stamps, strict=True)])
+    liked = np.asarray(ratings) >= 4.0
+    expected = liked & (points < 0.37)
+    np.testing.assert_array_equal(sampler.mask(users, items, stamps, ratings), expected)
+
+
 def test_a_fraction_outside_zero_to_one_is_refused() -> None:
     with pytest.raises(ValueError, match="fraction"):
         RankingSampler(fraction=1.5)
