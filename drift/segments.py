@@ -75,7 +75,10 @@ class SegmentRules:
     head_share
         Share of the compared events the head items draw, in (0, 1).
     min_events
-        Fewest events after the change for a user or item to be ranked (>= 1).
+        Fewest events after the change for a user or item to be ranked (>= 1): with
+        three, one unlucky rating cannot top the list, yet users get listed at the
+        alert, a thousand or two events after the change, when most have rated only a
+        few items since.
     top
         Users and items listed (>= 0).
     """
@@ -83,7 +86,7 @@ class SegmentRules:
     reference_events: int = 20_000
     new_user_events: int = 1
     head_share: float = 0.2
-    min_events: int = 5
+    min_events: int = 3
     top: int = 10
 
     def __post_init__(self) -> None:
@@ -133,7 +136,7 @@ class SegmentBuffer:
     >>> users = [f"u{k % 20}" for k in position]
     >>> items = [f"i{k % 30}" for k in position]
     >>> drifted = (position >= 400) & (position % 20 < 5)  # u0-u4 change their taste
-    >>> buffer = SegmentBuffer(capacity=1_000, rules=SegmentRules(min_events=3))
+    >>> buffer = SegmentBuffer(capacity=1_000)
     >>> buffer.record(users, items, np.where(drifted, 2.5, 0.5), after=0)
     >>> report = buffer.report(change_events=400)
     >>> report["events_before"], report["events_after"], round(report["mse_rise"], 2)
