@@ -68,7 +68,8 @@ def demo(
 @app.command()
 def bench(
     name: Annotated[
-        str, typer.Argument(help="Benchmark: prequential, drift, ingest, sync or memory.")
+        str,
+        typer.Argument(help="Benchmark: prequential, drift, ingest, sync, memory or serve."),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
     dataset: Annotated[Path | None, typer.Option(help="Ratings file to replay.")] = None,
@@ -81,6 +82,13 @@ def bench(
         list[int] | None,
         typer.Option(help="sync: λ of each simulated race (default 64 and 256); repeatable."),
     ] = None,
+    seconds: Annotated[
+        float | None, typer.Option(help="serve: seconds of load per measurement (default 15).")
+    ] = None,
+    catalogue_items: Annotated[
+        int | None,
+        typer.Option(help="serve: items of the synthetic catalogue (default 1,000,000)."),
+    ] = None,
 ) -> None:
     """Run a benchmark and print its measured figures."""
     import inspect
@@ -90,8 +98,13 @@ def bench(
     if name not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}")
     run = BENCHMARKS[name]
-    options = {"workers": workers, "simulated_workers": simulated_workers}
-    given = {key: value for key, value in options.items() if value}
+    options = {
+        "workers": workers,
+        "simulated_workers": simulated_workers,
+        "seconds": seconds,
+        "catalogue_items": catalogue_items,
+    }
+    given = {key: value for key, value in options.items() if value is not None}
     accepted = inspect.signature(run).parameters
     unknown = sorted(set(given) - set(accepted))
     if unknown:

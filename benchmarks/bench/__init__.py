@@ -8,6 +8,7 @@ from benchmarks.bench.drift import run_drift
 from benchmarks.bench.ingest import run_ingest
 from benchmarks.bench.memory import run_memory
 from benchmarks.bench.prequential import run_prequential
+from benchmarks.bench.serve import run_serve
 from benchmarks.bench.sync import run_sync
 
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -17,6 +18,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "memory": run_memory,
     "configurator": run_configurator,
     "drift": run_drift,
+    "serve": run_serve,
 }
 
 __all__ = ["BENCHMARKS"]
