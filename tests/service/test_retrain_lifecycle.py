@@ -344,7 +344,9 @@ class _AfterHundred(TriggerPolicy):
 class _Halving(Configurator):
     """Halves the batch size every epoch."""
 
-    def __init__(self, default: EpochConfig) -> None:
+    def __init__(
+        self, default: EpochConfig, context: object = None, history: object = None
+    ) -> None:
         self.default = default
 
     def propose(self, epoch: int, history: Sequence[Observation]) -> EpochConfig:
