@@ -126,7 +126,7 @@ def drift_table(
         delay = alert["events_seen"] - onset
         when = f"{delay:+,} events from the onset"
         table.add_row(
-            f"alert {alert['id']} ({alert.get('detector') or 'drift'})",
+            f"alert {alert['id']}",
             f"RMSE {alert['before']:.3f} → {alert['after']:.3f}, {when}",
         )
         for line in _segment_lines(client, alert["id"]):
@@ -183,18 +183,28 @@ def _configurator_rows(client: httpx.Client, jobs: list[dict]) -> list[tuple[str
 
 
 def _segment_lines(client: httpx.Client, alert_id: int) -> list[str]:
-    """One line per segment of the alert's error rise, when the service reports them."""
+    """One line per segment of the alert's error rise, and the users whose error rose
+    most, from ``GET /drift/alerts/{id}``."""
     response = client.get(f"/drift/alerts/{alert_id}")
     if response.status_code != 200:
         return []
     segments = response.json().get("segments") or {}
     lines = []
-    for name, figures in (segments.get("segments") or {}).items():
-        if isinstance(figures, dict) and figures.get("rmse_after") is not None:
+    for split, names in (("users", ("new", "returning")), ("items", ("head", "tail"))):
+        for name in names:
+            figures = (segments.get(split) or {}).get(name) or {}
+            if figures.get("rmse_after") is None:
+                continue
+            before = figures.get("rmse_before")
+            share = figures.get("share_of_rise")
             lines.append(
-                f"{name}: RMSE {figures.get('rmse_before') or 0:.3f} → "
-                f"{figures['rmse_after']:.3f} ({figures.get('events_after', 0):,} events)"
+                f"{name} {split}: RMSE {'n/a' if before is None else f'{before:.3f}'} → "
+                f"{figures['rmse_after']:.3f}, "
+                f"{'n/a' if share is None else f'{share:.0%}'} of the rise"
             )
+    top = [str(entry["id"]) for entry in segments.get("top_users") or []][:5]
+    if top:
+        lines.append("users whose error rose most: " + ", ".join(top))
     return lines
 
 
