@@ -242,6 +242,22 @@ def recent_pairs(conn: Connection, limit: int | None) -> tuple[list[str], list[s
     return [row[0] for row in rows], [row[1] for row in rows]
 
 
+def pairs_after(
+    conn: Connection, after_id: int, limit: int | None = None
+) -> tuple[list[str], list[str]]:
+    """Users and items of the events stored after row ``after_id`` (the newest ``limit``
+    of them when given), oldest first: what other processes stored since a look."""
+    query = (
+        select(events.c.user_id, events.c.item_id)
+        .where(events.c.id > after_id)
+        .order_by(events.c.id.desc())
+    )
+    if limit is not None:
+        query = query.limit(limit)
+    rows = conn.execute(query).all()[::-1]
+    return [row[0] for row in rows], [row[1] for row in rows]
+
+
 def popular_items(conn: Connection, window: int, limit: int) -> list[tuple[str, int]]:
     """The items most users had events for among the newest ``window`` events.
 

@@ -49,6 +49,8 @@ from service.store.events import (
     count_events,
     labelled_events,
     labelled_id_from_end,
+    max_event_id,
+    pairs_after,
     recent_pairs,
     store_events,
 )
@@ -136,6 +138,11 @@ class Pipeline:
         self._seen_at_swap = 0
         self._static_pending = np.empty(0)
         self._unsaved_heartbeats: list[dict] = []
+        #: The newest event id the history and popular items have seen, and how many
+        #: events this process stored since: ``follow_events`` reads the store only when
+        #: other processes stored events too.
+        self._synced_event_id = 0
+        self._stored_since_sync = 0
         self._lock = threading.Lock()
 
     # -- start-up ---------------------------------------------------------------
@@ -147,6 +154,8 @@ class Pipeline:
         self.labelled_seen = self._events_offset
         oldest = self.registry.oldest_loadable()
         self.static = oldest.model if oldest else None
+        with self.db.connect() as conn:
+            self._synced_event_id = max_event_id(conn)
         with self.db.connect() as conn:
             users, items = recent_pairs(conn, self.settings.serving_history_pairs)
         self.history.add(users, items)
@@ -186,6 +195,7 @@ class Pipeline:
             alerts = self._evaluate_and_learn(outcome.stored)
             stored = outcome.stored
             self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
+            self._stored_since_sync += len(stored)
         self.metrics.events_ingested.inc(outcome.accepted)
         self.metrics.events_duplicate.inc(outcome.duplicates)
         try:
@@ -551,8 +561,36 @@ class Pipeline:
             polled = time.monotonic()
             try:
                 self.follow_registry()
+                self.follow_events()
             except Exception:  # a failed look must not end the loop; the next one may work
-                log.exception("could not check the model registry for new versions")
+                log.exception("could not check the registry or the events for news")
+
+    def follow_events(self) -> bool:
+        """Take in the events other processes (Kafka consume replicas) stored since the
+        last look: their users' rated items join the history, and the popular items are
+        recounted from the store. Returns whether there were any.
+
+        Events this process ingests are in both at once; other processes' events reach
+        them here, at each registry poll (``REGISTRY_POLL_SECONDS``), as their ratings
+        reach the fold-in at each swap. Under the ingest lock, so that the count of this
+        process's own events since the last look is exact.
+        """
+        with self._lock:
+            with self.db.connect() as conn:
+                newest = max_event_id(conn)
+                foreign = newest - self._synced_event_id > self._stored_since_sync
+                if foreign:
+                    limit = self.settings.serving_history_pairs
+                    users, items = pairs_after(conn, self._synced_event_id, limit)
+                    window = recent_pairs(conn, self.settings.popular_window)
+            self._synced_event_id, self._stored_since_sync = newest, 0
+            if not foreign:
+                return False
+            self.history.add(users, items)
+            popular = PopularItems(self.settings.popular_window)
+            popular.add(*window)
+            self.popular = popular
+        return True
 
     def _serving_for(self, loaded: LoadedVersion | None) -> ServingModel:
         return ServingModel(

@@ -104,3 +104,25 @@ def test_a_kept_answer_is_served_until_the_next_batch_and_never_after(
     assert pipeline.serving.view is not view and not pipeline.serving.view.answers
     pipeline.ingest([NewEvent("u5", first.items[0][0], 1.0)])
     assert first.items[0][0] not in [item for item, _ in pipeline.recommend("u5", 5).items]
+
+
+def test_events_another_process_stored_reach_the_history_and_popular_items(
+    pipeline: Pipeline,
+) -> None:
+    other = build_pipeline(pipeline.settings, background_retrain=False)  # a consume replica
+    try:
+        assert pipeline.follow_events() is False  # nothing new yet
+        pipeline.ingest([NewEvent("u2", "i3", 4.0)])
+        assert pipeline.follow_events() is False  # its own events: no read needed
+        other.ingest(
+            [NewEvent("u1", "hit", None)] + [NewEvent(f"fan{j}", "hit") for j in range(40)]
+        )
+        assert "hit" not in pipeline.history.items("u1")
+        assert pipeline.follow_events() is True
+        assert "hit" in pipeline.history.items("u1")
+        assert pipeline.recommend("stranger", 1).items[0][0] == "hit"
+        assert "hit" not in [item for item, _ in pipeline.recommend("u1", 30).items]
+        assert pipeline.follow_events() is False
+    finally:
+        other.retrainer.close()
+        other.db.dispose()
