@@ -114,6 +114,7 @@ class Pipeline:
         #: A drift alert raised while another job ran: (trigger, alert id, change point
         #: id), started as a job of its own once that one ends.
         self._deferred_drift: tuple[str, int, int] | None = None
+        self._deferred_lock = threading.Lock()
         self.monitor = make_detector(
             settings.drift_detector,
             delta=settings.adwin_delta,
@@ -412,22 +413,33 @@ class Pipeline:
             if self.retrainer.active_job_id is not None and change_after_id is not None:
                 # The running job's window predates the change: train on the change as
                 # soon as it ends, rather than call that job the answer to the alert.
-                self._deferred_drift = (trigger, alert_id, change_after_id)
+                with self._deferred_lock:
+                    self._deferred_drift = (trigger, alert_id, change_after_id)
                 continue
             self.retrainer.request(
                 trigger, alert_id, base=self.current, change_after_id=change_after_id
             )
-        if self.retrainer.active_job_id is None and self._deferred_drift is not None:
-            trigger, alert_id, change_after_id = self._deferred_drift
-            self._deferred_drift = None
-            self.retrainer.request(
-                trigger, alert_id, base=self.current, change_after_id=change_after_id
-            )
+        self._start_deferred_drift()
         if self.retrainer.active_job_id is None:
             since = None if self.current is None else self.labelled_seen - self._seen_at_swap
             trigger = self.policy.on_progress(self.labelled_seen, since)
             if trigger is not None:
                 self.retrainer.request(trigger, base=self.current)
+
+    def _start_deferred_drift(self) -> None:
+        """Start the drift job an alert asked for while another job ran, if none runs now.
+
+        Called after each batch and whenever a job publishes, so the drift job starts
+        when the job before it ends, whether or not events keep arriving.
+        """
+        with self._deferred_lock:
+            if self._deferred_drift is None or self.retrainer.active_job_id is not None:
+                return
+            trigger, alert_id, change_after_id = self._deferred_drift
+            self._deferred_drift = None
+        self.retrainer.request(
+            trigger, alert_id, base=self.current, change_after_id=change_after_id
+        )
 
     def retrain_now(self, trigger: str = "manual") -> int:
         """Start a job by hand from the serving version; ``JobAlreadyRunning`` if one runs."""
@@ -555,6 +567,11 @@ class Pipeline:
         published, polled = self.retrainer.published, time.monotonic()
         while not self._stop_following.is_set():
             published.wait(timeout=0.2)
+            if self._deferred_drift is not None and self.settings.retrain_enabled:
+                try:
+                    self._start_deferred_drift()
+                except Exception:  # the next batch tries again
+                    log.exception("could not start the deferred drift job")
             due = every is not None and time.monotonic() - polled >= every
             if not (published.is_set() or due):
                 continue

@@ -184,7 +184,8 @@ def test_the_compose_topology_replays_a_trace_end_to_end(stack: dict) -> None:
     replayed = load_ratings(MOVIELENS_SMALL, limit=EVENTS)
     user = Counter(replayed.user_ids).most_common(1)[0][0]
     answer = http.get("/recommend", params={"user_id": user, "k": 10}, headers=auth).json()
-    assert answer["model_version"] == version and answer["source"] == "model"
+    # A refresh job may publish a newer version between the two reads.
+    assert answer["source"] == "model" and answer["model_version"] >= version
 
     serve_metrics = _scrape(http.get("/metrics").text)
     assert {"driftline_responses", "driftline_request_seconds"} <= serve_metrics
