@@ -26,14 +26,16 @@ from service.store.jobs import count_jobs
 from service.stream.pipeline import Pipeline
 
 
-def _batch(stream: RatingStream, start: int, stop: int) -> list[NewEvent]:
+def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> list[NewEvent]:
+    """Events ``start``..``stop`` of ``stream`` as the pipeline takes them, with ids stable
+    across replays."""
     return [
         NewEvent(
             stream.user_ids[i],
             stream.item_ids[i],
             float(stream.ratings[i]),
             float(stream.timestamps[i]),
-            f"ev-{i}",
+            f"{prefix}-{i}",
         )
         for i in range(start, stop)
     ]

@@ -39,6 +39,7 @@ import httpx
 import numpy as np
 
 from benchmarks.bench.catalogue import run_catalogue
+from benchmarks.bench.prequential import _batch
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.load import LoadResult, drive, require_wrk
@@ -73,16 +74,7 @@ class Prepared:
 
 
 def _events(stream: RatingStream, start: int, stop: int) -> list[NewEvent]:
-    return [
-        NewEvent(
-            stream.user_ids[i],
-            stream.item_ids[i],
-            float(stream.ratings[i]),
-            float(stream.timestamps[i]),
-            f"ml-{i}",
-        )
-        for i in range(start, stop)
-    ]
+    return _batch(stream, start, stop, prefix="ml")
 
 
 def _prepare(stream: RatingStream, workdir: Path) -> Prepared:
