@@ -69,7 +69,9 @@ def demo(
 def bench(
     name: Annotated[
         str,
-        typer.Argument(help="Benchmark: prequential, drift, ingest, sync, memory or serve."),
+        typer.Argument(
+            help="Benchmark: prequential, drift, ingest, sync, memory, serve or configurator."
+        ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
     dataset: Annotated[Path | None, typer.Option(help="Ratings file to replay.")] = None,
@@ -89,6 +91,15 @@ def bench(
         int | None,
         typer.Option(help="serve: items of the synthetic catalogue (default 1,000,000)."),
     ] = None,
+    seeds: Annotated[
+        int | None, typer.Option(help="configurator: seeds per scenario (default 30).")
+    ] = None,
+    epochs: Annotated[
+        int | None, typer.Option(help="configurator: epochs per job (default 50).")
+    ] = None,
+    plot: Annotated[
+        Path | None, typer.Option(help="configurator: write the regret plot (PNG) here.")
+    ] = None,
 ) -> None:
     """Run a benchmark and print its measured figures."""
     import inspect
@@ -103,6 +114,9 @@ def bench(
         "simulated_workers": simulated_workers,
         "seconds": seconds,
         "catalogue_items": catalogue_items,
+        "seeds": seeds,
+        "epochs": epochs,
+        "plot": plot,
     }
     given = {key: value for key, value in options.items() if value is not None}
     accepted = inspect.signature(run).parameters
