@@ -50,7 +50,13 @@ from scipy.special import ndtr
 from configurator.acquisition import log_constrained_ei
 from configurator.base import Configurator, Decision, JobContext, Observation
 from configurator.history import History, PastEpoch, PastJob
-from configurator.performance import EpochModel, Prediction, epoch_progress, recalibrate
+from configurator.performance import (
+    Z90,
+    EpochModel,
+    Prediction,
+    epoch_progress,
+    recalibrate,
+)
 from configurator.space import Candidates, EpochConfig, SearchSpace
 from configurator.surrogate import SURROGATES, Surrogate
 
@@ -240,9 +246,9 @@ class GpOptConfigurator(Configurator):
         )
         plausible &= now.worker_tail_s < self.context.timeout_s
         rows = np.flatnonzero(plausible)
-        if not len(rows):  # nothing could meet the deadline: the fastest are what is left
-            rows = np.argsort(now.log_latency)[: self.settings.keep]
-            return rows
+        if not len(rows):  # nothing could meet the deadline: the surest fast ones are left
+            upper = now.log_latency + Z90 * sd
+            return np.argsort(upper)[: self.settings.keep]
         objective = steady.log_cost - steady.log_progress
         eps = math.hypot(self._prior_sd("cost"), self._prior_sd("progress"))
         keep = _undominated(now.log_latency[rows], objective[rows], epistemic, eps)
@@ -306,7 +312,10 @@ class GpOptConfigurator(Configurator):
         settings = self.settings
         safe = np.flatnonzero(scored.p_feasible >= settings.confidence)
         if not len(safe):
-            return int(np.argmax(scored.p_feasible)), "none likely feasible: the likeliest", 0
+            # Nothing meets the deadline with confidence: the least late at the same
+            # confidence, not the likeliest to be on time (that favours the wildest).
+            upper = scored.lat + Z90 * scored.lat_sd
+            return int(np.argmin(upper)), "none likely feasible: the least late at 90 %", 0
         incumbent = int(safe[np.argmin(scored.objective[safe])])
         explore = settings.use_gp and epoch > 0
         if not explore:

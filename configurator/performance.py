@@ -53,10 +53,22 @@ SAMPLE_BYTES = 24
 Z90 = 1.2815515655446004
 #: Slowdown draws that stand for the prior's distribution (a seeded sample).
 PRIOR_DRAWS = 4096
+#: The prior's straggler tail where the worker model has none (a model fitted on local
+#: processes never sees one): a tenth of invocations 2-4x slower, a pessimistic default
+#: for a fleet of functions until the job's own records say otherwise. Its weight, in
+#: records: the empirical slowdowns of the records outweigh it once there are a few
+#: dozen.
+PRIOR_STRAGGLER_P = 0.1
+PRIOR_STRAGGLER_SLOWDOWN = (2.0, 4.0)
+PRIOR_WEIGHT_RECORDS = 16
 #: Invocation records per epoch, and epochs, a recalibration looks at: recent ones, so
 #: that the model follows a job whose window grew, and few, so it takes milliseconds.
 RECORDS_PER_EPOCH = 64
 RECENT_EPOCHS = 8
+#: Epochs whose records stand for the slowdown distribution: a property of the fleet,
+#: not of the window, so more of them (a job of one or two workers an epoch needs a
+#: few dozen epochs to show its stragglers).
+SLOWDOWN_EPOCHS = 32
 
 
 @dataclass(frozen=True)
@@ -126,6 +138,10 @@ class EpochModel:
         """The uncalibrated model: ``worker`` (the sim runtime's ``DEFAULT_MODEL``,
         measured on the local runtime) and its own slowdown distribution."""
         worker = worker or DEFAULT_MODEL
+        if worker.straggler_p == 0:
+            worker = worker.replace(
+                straggler_p=PRIOR_STRAGGLER_P, straggler_slowdown=PRIOR_STRAGGLER_SLOWDOWN
+            )
         rng = np.random.default_rng(seed)
         draws = np.sort([worker.draw_slowdown(rng) for _ in range(PRIOR_DRAWS)])
         return cls(worker, draws / float(np.median(draws)), prices=lambda_prices())
@@ -256,18 +272,20 @@ def recalibrate(
     model: EpochModel, history: Sequence[Observation], context: JobContext
 ) -> EpochModel:
     """``model`` refitted to the invocation records and outcomes of ``history``."""
-    runs = _recent_runs(history)
-    worker, slowdowns = _fit_workers(model, runs, context)
+    worker, slowdowns = _fit_workers(
+        model, _recent_runs(history, RECENT_EPOCHS), _recent_runs(history, SLOWDOWN_EPOCHS), context
+    )
     fitted = replace(model, worker=worker, slowdowns=slowdowns)
     fitted = replace(fitted, coordinator_s=_fit_coordinator(fitted, history, context))
     progress = _fit_progress(fitted, history, context)
     return replace(fitted, progress=progress, progress_sd=_progress_sd(fitted, history))
 
 
-def _recent_runs(history: Sequence[Observation]) -> list[tuple[WorkerRun, int]]:
-    """(run, epoch) of the recent epochs' successful invocations, evenly thinned."""
+def _recent_runs(history: Sequence[Observation], epochs: int) -> list[tuple[WorkerRun, int]]:
+    """(run, epoch) of the last ``epochs`` epochs' successful invocations, evenly
+    thinned."""
     runs: list[tuple[WorkerRun, int]] = []
-    for t in range(max(0, len(history) - RECENT_EPOCHS), len(history)):
+    for t in range(max(0, len(history) - epochs), len(history)):
         ok = [r for r in history[t].workers if r.ok and r.duration_s > 0]
         step = max(1, len(ok) // RECORDS_PER_EPOCH)
         runs.extend((r, t) for r in ok[::step])
@@ -282,41 +300,105 @@ def _work(run: WorkerRun, context: JobContext) -> Work:
 
 
 def _fit_workers(
-    model: EpochModel, runs: list[tuple[WorkerRun, int]], context: JobContext
+    model: EpochModel,
+    runs: list[tuple[WorkerRun, int]],
+    longer: list[tuple[WorkerRun, int]],
+    context: JobContext,
 ) -> tuple[PerformanceModel, np.ndarray]:
-    """Per-sample and fixed seconds (least squares if the runs hold two amounts of work),
-    a common scale, and the empirical slowdowns of the warm runs."""
+    """The worker's seconds (from the recent ``runs``) and the empirical slowdowns of
+    the warm runs among the ``longer`` history.
+
+    Two candidate fits of the warm runs' median duration per kind of work (shard size,
+    memory, batch size; medians, so that stragglers do not pull the fit): the prior's
+    seconds times a common scale, and the sim runtime's least squares of per-sample and
+    fixed seconds, tried only when the runs hold three amounts of work spanning 4x.
+    Least squares on a few noisy points extrapolates wildly (it once put every second
+    in the fixed overhead after three epochs), so it is kept only when it explains the
+    medians clearly better than the scale does.
+    """
     warm = [r for r, _ in runs if not r.cold_start]
     if len(warm) < 2:
-        return model.worker, model.slowdowns
-    worker = model.worker
-    sizes = {r.samples for r in warm}
-    if max(sizes) > 1.3 * max(min(sizes), 1):
-        records = [
-            InvocationRecord(
-                f"r{i}",
-                memory_mb=r.memory_mb,
-                cold_start=r.cold_start,
-                duration_s=r.duration_s,
-                labels={"samples": r.samples, "batch_size": r.batch_size},
-            )
-            for i, (r, _) in enumerate(runs)
-        ]
-        try:
-            worker = fit_performance_model(records, worker, cpu_scaled=True).model
-        except ValueError:
-            worker = model.worker
-    predicted = np.array([worker.duration_s(_work(r, context), r.memory_mb) for r in warm])
-    ratios = np.array([r.duration_s for r in warm]) / np.maximum(predicted, 1e-9)
-    scale = float(np.median(ratios))
-    worker = _scaled(worker, scale)
+        cold_only = [r for r, _ in runs]
+        if len(cold_only) < 2:
+            return model.worker, model.slowdowns
+        return model.worker, _pooled(model, _cold_ratios(model.worker, cold_only, context))
+    groups: dict[tuple[int, int, int | None], list[float]] = {}
+    for r in warm:
+        groups.setdefault((r.samples, r.memory_mb, r.batch_size), []).append(r.duration_s)
+    medians = [
+        WorkerRun(memory, samples, float(np.median(d)), False, batch)
+        for (samples, memory, batch), d in groups.items()
+    ]
+    worker = _scaled(model.worker, _median_ratio(model.worker, warm, context))
+    sizes = sorted({r.samples for r in medians})
+    if len(sizes) >= 3 and sizes[-1] >= 4 * max(sizes[0], 1):
+        fitted = _least_squares(model.worker, medians)
+        if fitted is not None:
+            fitted = _scaled(fitted, _median_ratio(fitted, warm, context))
+            if _log_sse(fitted, medians, context) < 0.7 * _log_sse(worker, medians, context):
+                worker = fitted
+    observed = [r for r, _ in longer if not r.cold_start]
+    predicted = np.array([worker.duration_s(_work(r, context), r.memory_mb) for r in observed])
+    ratios = np.array([r.duration_s for r in observed]) / np.maximum(predicted, 1e-9)
     cold = [r for r, _ in runs if r.cold_start]
     if cold:
         extra = [r.duration_s - worker.duration_s(_work(r, context), r.memory_mb) for r in cold]
         worker = worker.replace(cold_start_s=max(0.0, float(np.median(extra))))
-    if len(ratios) < 16:  # too few to stand for a distribution: keep the prior's shape
-        return worker, model.slowdowns
-    return worker, np.sort(ratios / scale)
+    return worker, _pooled(model, ratios / float(np.median(ratios)))
+
+
+def _median_ratio(worker: PerformanceModel, runs: list[WorkerRun], context: JobContext) -> float:
+    """The runs' median duration over what ``worker`` predicts for them."""
+    predicted = np.array([worker.duration_s(_work(r, context), r.memory_mb) for r in runs])
+    return float(np.median(np.array([r.duration_s for r in runs]) / np.maximum(predicted, 1e-9)))
+
+
+def _least_squares(worker: PerformanceModel, runs: list[WorkerRun]) -> PerformanceModel | None:
+    records = [
+        InvocationRecord(
+            f"r{i}",
+            memory_mb=r.memory_mb,
+            cold_start=False,
+            duration_s=r.duration_s,
+            labels={"samples": r.samples, "batch_size": r.batch_size},
+        )
+        for i, r in enumerate(runs)
+    ]
+    try:
+        return fit_performance_model(records, worker, cpu_scaled=True).model
+    except ValueError:
+        return None
+
+
+def _log_sse(worker: PerformanceModel, runs: list[WorkerRun], context: JobContext) -> float:
+    predicted = np.array([worker.duration_s(_work(r, context), r.memory_mb) for r in runs])
+    observed = np.array([r.duration_s for r in runs])
+    return float(np.sum(np.log(observed / np.maximum(predicted, 1e-9)) ** 2))
+
+
+def _cold_ratios(
+    worker: PerformanceModel, runs: list[WorkerRun], context: JobContext
+) -> np.ndarray:
+    """Slowdowns of cold runs alone (a job's first epoch): their seconds past the
+    prior's cold start over the prior's warm duration."""
+    return np.array(
+        [
+            max(r.duration_s - worker.cold_start_s, 1e-9)
+            / max(worker.duration_s(_work(r, context), r.memory_mb), 1e-9)
+            for r in runs
+        ]
+    )
+
+
+def _pooled(model: EpochModel, ratios: np.ndarray) -> np.ndarray:
+    """The slowdown distribution: the records' ratios pooled with the prior's, which
+    counts as ``PRIOR_WEIGHT_RECORDS`` records, so a handful of lucky records cannot
+    erase the tail (nor a handful of stragglers double it), and many records rule."""
+    repeat = 32  # draws per record: the prior's quantiles stand for 16 records finely
+    draws = PRIOR_WEIGHT_RECORDS * repeat
+    prior = model.slowdown_quantile((np.arange(draws) + 0.5) / draws)
+    pooled = np.sort(np.concatenate([prior, np.repeat(ratios, repeat)]))
+    return pooled / float(np.median(pooled))
 
 
 def _scaled(worker: PerformanceModel, scale: float) -> PerformanceModel:

@@ -34,12 +34,13 @@ Reported, medians over seeds and scenarios (spreads as 25th-75th percentiles):
 
 from __future__ import annotations
 
+import copy
 import logging
 import math
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -161,6 +162,16 @@ class Job:
             row = self.oracle.best_row(0 if which is self.truth else epochs - 1)
             self._best[id(which)] = float(which.objective(self.grid.take(np.array([row])), 0)[0])
 
+    def shortened(self, epochs: int, job_id: str) -> Job:
+        """The same job (truth, deadline share, oracle) run for fewer epochs: a previous
+        job of a warm start, without computing the truth's quantiles again."""
+        out = copy.copy(self)
+        out.epochs = epochs
+        out.context = replace(
+            self.context, latency_cap_s=self.share * epochs, max_epochs=epochs, job_id=job_id
+        )
+        return out
+
     def truth_at(self, epoch: int) -> Truth:
         if self.jumped is not None and epoch >= self.epochs // 2:
             return self.jumped
@@ -225,15 +236,11 @@ def _warm_history(job: Job, seed: int, surrogate: str) -> History:
     """A previous job's observations (another seed, fewer epochs), kept in a store."""
     store = MemoryStore()
     history = History(store)
-    previous = Job(job.scenario, job.truth.progress, job.space, min(job.epochs, 15))
+    previous = job.shortened(min(job.epochs, 15), "prev-1")
     extra = {"surrogates": SklearnSurrogate} if surrogate == "sklearn_gp" else {}
-    method = gp_opt(DEFAULT, _with_id(previous.context, "prev-1"), job.space, history, **extra)
+    method = gp_opt(DEFAULT, previous.context, job.space, history, **extra)
     previous.run(method, seed + 10_000)
     return History(store)
-
-
-def _with_id(context: JobContext, job_id: str) -> JobContext:
-    return JobContext(**{**context.__dict__, "job_id": job_id})
 
 
 def _first_below(regret: list[float], level: float) -> int | None:
@@ -263,8 +270,12 @@ def run_configurator(
     progress: ProgressTable | None = None,
     decision_timing: bool = True,
     plot: Path | None = None,
+    processes: int | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; returns its figures (see the module docstring).
+
+    Seeds run on ``processes`` processes (default: one per core), a scenario's truth
+    built once per process.
 
     BLAS and torch run on one thread each: on a small shared machine their thread pools
     spin against each other (a GP fit on 20 points took 40 ms per gradient otherwise).
@@ -275,7 +286,16 @@ def run_configurator(
     torch.set_num_threads(1)
     with threadpool_limits(1):
         return _run(
-            seeds, epochs, target_epochs, sizes, methods, space, progress, decision_timing, plot
+            seeds,
+            epochs,
+            target_epochs,
+            sizes,
+            methods,
+            space,
+            progress,
+            decision_timing,
+            plot,
+            processes,
         )
 
 
@@ -289,6 +309,7 @@ def _run(
     progress: ProgressTable | None,
     decision_timing: bool,
     plot: Path | None,
+    processes: int | None = None,
 ) -> dict[str, Any]:
     space = space or SearchSpace()
     started = time.perf_counter()
@@ -298,30 +319,33 @@ def _run(
     job_costs: dict[str, list[float]] = {m: [] for m in methods}
     cost_ratio: dict[str, list[float]] = {m: [] for m in methods}
     met: dict[str, list[bool]] = {m: [] for m in methods}
-    for scenario in scenarios(sizes):
-        job = Job(scenario, progress, space, epochs)
-        for seed in range(seeds):
-            done: dict[str, Run] = {}
-            for name in methods:
-                if scenario.warm and name not in WARM_METHODS and name != "oracle":
-                    continue  # identical to its cold run
-                history = (
-                    _warm_history(job, seed, name)
-                    if scenario.warm and name in WARM_METHODS
-                    else None
-                )
-                done[name] = job.run(_methods(job, seed, history)[name](), seed)
-                runs[name].append((scenario, done[name]))
-            oracle = done.get("oracle") or job.run(job.oracle, seed)
+    tasks = [
+        _Task(scenario, chunk, epochs, methods, space, progress)
+        for scenario in scenarios(sizes)
+        for chunk in _chunks(range(seeds), processes or _processes())
+    ]
+    for task, results in zip(tasks, _map(_run_task, tasks, processes), strict=True):
+        for done, cap in results:
+            for name, run in done.items():
+                if name in runs:
+                    runs[name].append((task.scenario, run))
+            oracle = done["oracle"]
             target = oracle.losses[min(target_epochs, epochs) - 1]
             oracle_cost, _, _ = _cost_to_target(oracle, target)
             for name, run in done.items():
+                if name not in methods:
+                    continue
                 cost, latency, reached = _cost_to_target(run, target)
                 targets_missed[name] += not reached
                 job_costs[name].append(cost)
                 cost_ratio[name].append(cost / oracle_cost)
-                met[name].append(reached and latency <= job.context.latency_cap_s)
-        log.info("scenario %s done after %.0f s", scenario.name, time.perf_counter() - started)
+                met[name].append(reached and latency <= cap)
+        log.info(
+            "%s seeds %s done after %.0f s",
+            task.scenario.name,
+            task.seeds,
+            time.perf_counter() - started,
+        )
     figures = _report(runs, methods, epochs)
     figures.update(
         {
@@ -351,6 +375,65 @@ def _run(
         figures["regret_plot"] = str(_plot(figures, methods, epochs, plot))
     figures["bench_seconds"] = time.perf_counter() - started
     return figures
+
+
+@dataclass(frozen=True)
+class _Task:
+    """Some seeds of one scenario: what one process runs (the scenario's truth is built
+    once per task)."""
+
+    scenario: Scenario
+    seeds: tuple[int, ...]
+    epochs: int
+    methods: tuple[str, ...]
+    space: SearchSpace
+    progress: ProgressTable
+
+
+def _run_task(task: _Task) -> list[tuple[dict[str, Run], float]]:
+    """Every method (and the oracle, the yardstick) on each of the task's seeds."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        job = Job(task.scenario, task.progress, task.space, task.epochs)
+        out = []
+        for seed in task.seeds:
+            done: dict[str, Run] = {}
+            for name in (*[m for m in task.methods if m != "oracle"], "oracle"):
+                if task.scenario.warm and name not in WARM_METHODS and name != "oracle":
+                    continue  # identical to its cold run
+                warm = task.scenario.warm and name in WARM_METHODS
+                history = _warm_history(job, seed, name) if warm else None
+                done[name] = job.run(_methods(job, seed, history)[name](), seed)
+            out.append((done, job.context.latency_cap_s))
+        return out
+
+
+def _processes() -> int:
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def _chunks(seeds: range, parts: int) -> list[tuple[int, ...]]:
+    parts = max(1, min(parts, len(seeds)))
+    return [tuple(seeds[i::parts]) for i in range(parts)]
+
+
+def _map(
+    fn: Callable[[_Task], list[tuple[dict[str, Run], float]]],
+    tasks: list[_Task],
+    processes: int | None,
+) -> list[list[tuple[dict[str, Run], float]]]:
+    """``fn`` over ``tasks`` on a pool of processes (in this one when there is one core)."""
+    workers = min(processes or _processes(), len(tasks))
+    if workers <= 1:
+        return [fn(task) for task in tasks]
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        return list(pool.map(fn, tasks))
 
 
 def _median(values: list[float]) -> float | None:
@@ -450,9 +533,8 @@ def decision_times(
         method.propose(observations, history)
         times.append((time.perf_counter() - t0) * 1000)
     x, residuals, masks = method._observations(history, method._model)
-    features = np.column_stack(
-        [grid.features(space.bounds())[:candidates], np.zeros((candidates, 1))]
-    )
+    rows = grid.features(space.bounds())[:candidates]
+    features = np.column_stack([rows, np.zeros((len(rows), 1))])
     naive = []
     for _ in range(max(3, repeats // 6)):
         t0 = time.perf_counter()

@@ -1,0 +1,77 @@
+"""``driftline bench configurator`` on a small space: every method, every figure, and
+the yardsticks behaving as yardsticks (the oracle has no regret, the static default
+never adapts)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench.configurator import METHODS, run_configurator, scenarios
+from benchmarks.gpopt.progress import measure_progress
+from configurator.space import SearchSpace
+
+SPACE = SearchSpace(
+    memory_mb=(512, 1769, 3538),
+    workers=(1, 2, 4, 8, 16, 32),
+    sync_ratio=(0.5, 1.0),
+    batch_size=(256, 1024),
+    learning_rate=(0.025, 0.1),
+)
+
+
+@pytest.fixture(scope="module")
+def figures(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    progress = measure_progress(SPACE, window=2_000, workers=(2, 8), ratios=(0.5, 1.0))
+    plot = tmp_path_factory.mktemp("bench") / "regret.png"
+    result = run_configurator(
+        seeds=2,
+        epochs=6,
+        target_epochs=4,
+        sizes=(10_000, 100_000),
+        space=SPACE,
+        progress=progress,
+        decision_timing=False,
+        plot=plot,
+        processes=1,
+    )
+    json.dumps(result)  # what --json prints
+    return result
+
+
+@pytest.mark.slow
+def test_every_method_reports_regret_violations_and_cost(figures: dict) -> None:
+    assert figures["candidates"] == len(SPACE)
+    assert figures["scenarios"] == [s.name for s in scenarios((10_000, 100_000))]
+    for method in METHODS:
+        assert set(figures["regret"][method]) == {"1", "3", "5"}
+        assert 0.0 <= figures["violations"][method] <= 1.0
+        assert figures["cost_vs_oracle"][method] > 0.0
+        assert figures["job_cost_usd"][method] > 0.0
+    assert Path(figures["regret_plot"]).stat().st_size > 0
+
+
+@pytest.mark.slow
+def test_the_oracle_has_no_regret_and_the_static_default_never_moves(figures: dict) -> None:
+    assert all(r == 0.0 for r in figures["regret"]["oracle"].values())
+    assert figures["cost_vs_oracle"]["oracle"] == 1.0
+    static = figures["regret_curve"]["static"]
+    assert len(set(static)) == 1  # one config, one regret, every epoch
+
+
+@pytest.mark.slow
+def test_gp_opt_predicts_its_latency_with_an_interval(figures: dict) -> None:
+    assert figures["interval_coverage"] is not None
+    assert 0.0 <= figures["interval_coverage"] <= 1.0
+    assert figures["gp_saving_vs_static"] is not None
+
+
+def test_decision_times_are_measured_next_to_the_naive_prediction() -> None:
+    from benchmarks.bench.configurator import decision_times
+
+    times = decision_times(SPACE, observations=20, candidates=200, repeats=3)
+    assert 0.0 < times["decision_ms_p50"] <= times["decision_ms_p99"]
+    assert times["naive_decision_ms_p99"] > 0.0
+    assert times["decision_observations"] == 20
