@@ -40,12 +40,16 @@ class DriftDetector(abc.ABC):
     def reset(self) -> None:
         """Forget everything seen so far, keeping the parameters."""
 
-    def on_swap(self) -> None:
+    def on_swap(self, continues_regime: bool = False) -> None:
         """A new model version starts serving.
 
-        The default restarts the detector: a new version has a new error level by
-        design. A detector that learns the new level from its own input overrides this
-        to keep watching through the swap.
+        ``continues_regime`` says the version was trained on a schedule (a refresh, a
+        periodic or batched retrain), not because the stream changed or an operator
+        rolled back: the errors before the swap still describe the stream the new
+        version serves. The default restarts the detector either way: a new version
+        has a new error level by design. A detector that can keep its reference
+        through a scheduled swap overrides this, so that a swap landing just after a
+        drift's onset does not hide the drift.
         """
         self.reset()
 

@@ -16,10 +16,15 @@ heavy user's session. A change becomes an alert only when, at the record's
 least-squares change point, the error level after it is at least ``min_relative_drop``
 above the level before it, both levels weigh users rather than events (each user counts
 for at most 50 events), the rise is ``min_z`` standard errors clear with users as the
-unit of sampling, and at least ``min_users`` users share it. A swap restarts the
-detector (the base class's ``on_swap``): the new version's level is learnt from its
-first thousand events, two heartbeats, instead of the twenty or thirty the heartbeat
-monitor needs.
+unit of sampling, and at least ``min_users`` users share it.
+
+A swap that starts a new regime (a drift retrain, a rollback, the first model) restarts
+the detector: the new version's level is learnt from its first thousand events, two
+heartbeats, instead of the twenty or thirty the heartbeat monitor needs. A scheduled
+swap (a refresh) keeps the record and the detector: such a version was trained on the
+same stream, so its errors continue the series, and a refresh that lands just after a
+drift's onset must not make the drifted level the new reference (measured on the
+end-to-end inversion, a restart there delayed the first alert to the next swap).
 """
 
 from __future__ import annotations
@@ -144,6 +149,10 @@ class EventDriftMonitor(DriftDetector):
         self._changes = 0
         self._drift_detected = False
         self._partial: list[float] = []
+
+    def on_swap(self, continues_regime: bool = False) -> None:
+        if not continues_regime:
+            self.reset()
 
     @property
     def n_changes(self) -> int:

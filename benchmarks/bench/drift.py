@@ -62,10 +62,10 @@ class ShadowedDetector(DriftDetector):
         self._drift_detected = alert is not None
         return alert
 
-    def on_swap(self) -> None:
-        self.primary.on_swap()
+    def on_swap(self, continues_regime: bool = False) -> None:
+        self.primary.on_swap(continues_regime)
         for shadow in self.shadows.values():
-            shadow.on_swap()
+            shadow.on_swap(continues_regime)
 
     def reset(self) -> None:
         self.primary.reset()

@@ -70,6 +70,11 @@ def get_job(conn: Connection, job_id: int) -> dict[str, Any] | None:
     return None if row is None else _with_epochs(conn, dict(row._mapping))
 
 
+def job_trigger(conn: Connection, job_id: int) -> str | None:
+    """What started job ``job_id`` (``drift``, ``refresh``...), None for no such job."""
+    return conn.scalar(select(retrain_jobs.c.trigger).where(retrain_jobs.c.id == job_id))
+
+
 def _with_epochs(conn: Connection, job: dict[str, Any]) -> dict[str, Any]:
     epochs = conn.execute(
         select(job_epochs).where(job_epochs.c.job_id == job["id"]).order_by(job_epochs.c.epoch)

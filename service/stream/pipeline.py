@@ -54,6 +54,7 @@ from service.store.events import (
     recent_pairs,
     store_events,
 )
+from service.store.jobs import job_trigger
 from service.store.monitor import load_monitor_state, save_monitor_state
 from service.stream.ranking import PrequentialRanking
 
@@ -63,6 +64,11 @@ log = logging.getLogger(__name__)
 #: ingest lock, until a round finds at most this many; only that tail runs under the lock.
 _SWAP_TAIL_EVENTS = 2_000
 _SWAP_CATCH_UP_ROUNDS = 5
+#: Triggers whose jobs start a new error regime: after a drift retrain, a first model or
+#: an operator's retrain or rollback, the drift monitor learns the new version's level
+#: afresh; after any other (scheduled) job it keeps its reference through the swap.
+NEW_REGIME_TRIGGERS = frozenset({"drift", "bootstrap", "manual", "rollback"})
+
 #: Alerts whose change point (as an event id) waits for ``_trigger``; older ones are
 #: dropped (an alert is triggered in the call that stored it, or never).
 _CHANGES_KEPT = 64
@@ -462,6 +468,7 @@ class Pipeline:
         lock too: requests go on being served by the old version meanwhile.
         """
         began = time.perf_counter()
+        continues_regime = self._continues_regime(loaded)
         serving = self._serving_for(loaded)
         caught_up_to = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
         for _round in range(_SWAP_CATCH_UP_ROUNDS):
@@ -476,10 +483,25 @@ class Pipeline:
             self._seen_at_swap = self.labelled_seen
             if self.static is None:
                 self.static = loaded.model
-            self.monitor.on_swap()
+            self.monitor.on_swap(continues_regime)
         self.swap_seconds += time.perf_counter() - began
         self.metrics.model_swaps.inc()
         log.info("serving model %s", loaded.version)
+
+    def _continues_regime(self, loaded: LoadedVersion) -> bool:
+        """Whether ``loaded`` was trained on a schedule over the stream the serving
+        version saw (the monitor keeps its reference), rather than after a drift
+        alert, as the first model, or by hand (the monitor starts afresh)."""
+        job_id = loaded.row.get("job_id")
+        if job_id is None or self.current is None:
+            return False
+        try:
+            with self.db.connect() as conn:
+                trigger = job_trigger(conn, int(job_id))
+        except SQLAlchemyError:
+            log.exception("reading the trigger of job %s", job_id)
+            return False
+        return trigger not in NEW_REGIME_TRIGGERS
 
     def _index_items(self, serving: ServingModel) -> None:
         """Build the item index ``SERVING_INDEX`` asks for and hand it to ``serving``."""

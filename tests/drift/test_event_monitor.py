@@ -26,13 +26,19 @@ def _squared_errors(rng: np.random.Generator, rmse: float, n: int) -> np.ndarray
 
 
 def _feed(
-    monitor: EventDriftMonitor, errors: np.ndarray, users: np.ndarray, swaps: tuple[int, ...] = ()
+    monitor: EventDriftMonitor,
+    errors: np.ndarray,
+    users: np.ndarray,
+    swaps: tuple[int, ...] = (),
+    scheduled: bool = False,
 ) -> list[DriftAlert]:
+    """Heartbeats of ``errors`` to ``monitor``; a swap at each of ``swaps`` (scheduled
+    ones, like refreshes, continue the regime)."""
     aggregator = HeartbeatAggregator(HEARTBEAT)
     alerts = []
     for start in range(0, errors.size, HEARTBEAT):
         if start in swaps:
-            monitor.on_swap()
+            monitor.on_swap(continues_regime=scheduled)
         stop = start + HEARTBEAT
         for beat in aggregator.add(errors[start:stop], users[start:stop]):
             alert = monitor.update(beat)
@@ -113,3 +119,18 @@ def test_every_event_detector_is_registered() -> None:
 def test_a_river_detector_that_does_not_exist_is_refused() -> None:
     with pytest.raises(ValueError, match="NoSuchDetector"):
         EventDriftMonitor("NoSuchDetector")
+
+
+def test_a_refresh_swapping_in_just_after_the_onset_does_not_hide_the_drift() -> None:
+    """A scheduled swap 500 events after the onset keeps the pre-onset reference, so the
+    rise is alerted as if no swap had happened; a swap that starts a new regime (a drift
+    retrain) makes the drifted level the new reference, and nothing is alerted."""
+    rng = np.random.default_rng(7)
+    onset = 30_000
+    errors = np.r_[_squared_errors(rng, 0.9, onset), _squared_errors(rng, 0.9 * 1.2, 20_000)]
+    users = _many_users(rng, errors.size)
+    swap = (onset + HEARTBEAT,)
+    kept = _feed(_monitor("adwin-event"), errors, users, swaps=swap, scheduled=True)
+    assert kept and onset < kept[0].events_seen <= onset + 2_500
+    restarted = _feed(_monitor("adwin-event"), errors, users, swaps=swap, scheduled=False)
+    assert restarted == []

@@ -53,7 +53,7 @@ class ScriptedDetector(DriftDetector):
         self.fired = True
         return DriftAlert("rmse", 0.8, 1.2, x.events_seen, x.index, self.change, "scripted")
 
-    def on_swap(self) -> None:
+    def on_swap(self, continues_regime: bool = False) -> None:
         """Keeps its script through swaps."""
 
     def reset(self) -> None:
