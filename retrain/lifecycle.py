@@ -309,6 +309,7 @@ class Retrainer:
                 self._configurator(job_id, spec, window, model),
                 spec.rule(),
                 on_epoch=lambda record: self._recorder.epoch(job_id, record),
+                item_bias_support=spec.item_bias_support,
             )
             self._publish(run, result)
         except Exception:  # in training or in recording: bill the stragglers all the same
@@ -570,6 +571,7 @@ class Retrainer:
                 on_epoch=lambda record: self._recorder.epoch(job_id, record),
                 history=backend.epochs,
                 prepare=False,
+                item_bias_support=spec.item_bias_support,
             )
             self._publish(run, result)
         except Exception:  # in training or in recording: bill the stragglers all the same

@@ -57,6 +57,9 @@ class JobSpec:
     #: Older events per event since the change in a drift job's window; None: a drift
     #: job's window is like any other's.
     drift_history_ratio: float | None = None
+    #: Ratings at which an item's bias keeps half its trained value (see
+    #: ``BiasedMF.damp_item_biases``); 0 keeps biases as trained.
+    item_bias_support: float = 20.0
     #: Id of the last event before the change point of the alert that started the job;
     #: None for jobs no alert started (and for drift jobs while the ratio is None).
     change_after_id: int | None = None
@@ -69,8 +72,10 @@ class JobSpec:
             raise ValueError(f"sync_ratio must be in (0, 1], got {self.sync_ratio}")
         if self.learning_rate <= 0 or self.latency_cap_s <= 0:
             raise ValueError("learning_rate and latency_cap_s must be positive")
-        if self.history_sample < 0 or self.regularization < 0:
-            raise ValueError("history_sample and regularization must not be negative")
+        if self.history_sample < 0 or self.regularization < 0 or self.item_bias_support < 0:
+            raise ValueError(
+                "history_sample, regularization and item_bias_support must not be negative"
+            )
         if self.drift_history_ratio is not None and not self.drift_history_ratio >= 0:
             raise ValueError(f"drift_history_ratio must be >= 0, got {self.drift_history_ratio}")
         if self.change_after_id is not None and self.change_after_id < 0:

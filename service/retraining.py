@@ -174,6 +174,7 @@ def job_spec(settings: Settings) -> JobSpec:
         policy=s.retrain_policy,
         seed=s.seed,
         drift_history_ratio=s.drift_window_history_ratio,
+        item_bias_support=s.item_bias_support,
     )
 
 

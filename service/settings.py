@@ -172,6 +172,15 @@ class Settings(BaseSettings):
     factors: int = Field(8, ge=1, le=512)
     learning_rate: float = Field(0.05, gt=0)
     regularization: float = Field(0.1, ge=0)
+    item_bias_support: float = Field(
+        20.0,
+        ge=0,
+        description=(
+            "A trained version's item biases are damped by n / (n + this), n the item's "
+            "ratings in the job's window, so that an item rated once at 5 stars does not top "
+            "every list; 0 keeps them as trained."
+        ),
+    )
     batch_size: int = Field(1024, ge=1)
     max_epochs: int = Field(30, ge=1)
     target_loss: float | None = Field(None, gt=0)

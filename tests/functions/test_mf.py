@@ -238,3 +238,19 @@ def test_top_k_matches_full_sort() -> None:
     masked[exclude] = -np.inf
     np.testing.assert_array_equal(rows, np.argsort(-masked, kind="stable")[:25])
     np.testing.assert_array_equal(best, scores[rows])
+
+
+def test_item_biases_are_damped_by_their_support_in_the_window() -> None:
+    model = BiasedMF(factors=2, seed=0)
+    model.grow(["u"], ["rare", "common", "absent"])
+    model.item_bias[:] = [1.5, 1.5, 1.5]
+    window = ["rare"] + ["common"] * 60
+    model.damp_item_biases(window, support=20.0)
+    rare, common, absent = model.item_bias
+    assert rare == pytest.approx(1.5 * 1 / 21)
+    assert common == pytest.approx(1.5 * 60 / 80)
+    assert absent == 1.5  # not in the window: what earlier versions learnt stays
+    model.damp_item_biases(window, support=0.0)
+    assert model.item_bias[0] == pytest.approx(1.5 / 21)
+    with pytest.raises(ValueError, match="support"):
+        model.damp_item_biases(window, support=-1.0)
