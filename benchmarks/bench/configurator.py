@@ -441,6 +441,13 @@ def _median(values: list[float]) -> float | None:
     return float(np.median(finite)) if finite else None
 
 
+def _median_epoch(firsts: list[int | None]) -> float | None:
+    """Median epoch from which the regret stays low; a run that never gets there counts
+    as never (None when that is the median)."""
+    value = float(np.median([math.inf if f is None else f for f in firsts]))
+    return value if math.isfinite(value) else None
+
+
 def _spread(values: list[float]) -> list[float] | None:
     finite = [v for v in values if math.isfinite(v)]
     return [float(np.quantile(finite, 0.25)), float(np.quantile(finite, 0.75))] if finite else None
@@ -470,8 +477,8 @@ def _report(
         violations[name] = float(np.mean([v for r in done for v in r.violated]))
         firsts10 = [_first_below(r.regret, 0.10) for r in done]
         firsts5 = [_first_below(r.regret, 0.05) for r in done]
-        to10[name] = _median([f if f is not None else math.inf for f in firsts10])
-        to5[name] = _median([f if f is not None else math.inf for f in firsts5])
+        to10[name] = _median_epoch(firsts10)
+        to5[name] = _median_epoch(firsts5)
     return {
         "regret": regret,
         "regret_spread": spread,
