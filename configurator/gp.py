@@ -280,6 +280,7 @@ class GpOptConfigurator(Configurator):
         lat, lat_sd = now.log_latency[rows], now.log_latency_sd[rows]
         cost, cost_sd = now.log_cost[rows], now.log_cost_sd[rows]
         steady_cost, progress = steady.log_cost[rows], steady.log_progress[rows]
+        steady_lat, steady_lat_sd = steady.log_latency[rows], steady.log_latency_sd[rows]
         progress_sd = steady.log_progress_sd[rows]
         epi = {name: np.zeros(len(rows)) for name in OUTPUTS}
         if self.settings.use_gp and (history or self._past):
@@ -291,6 +292,7 @@ class GpOptConfigurator(Configurator):
                 mean, var = self._surrogates[name].predict(x)
                 shifts[name], epi[name] = mean, var
             lat, cost = lat + shifts["latency"], cost + shifts["cost"]
+            steady_lat = steady_lat + shifts["latency"]
             steady_cost = steady_cost + shifts["cost"]
             progress = progress + shifts["progress"]
         left = max(1, self.context.max_epochs - epoch)
@@ -300,6 +302,14 @@ class GpOptConfigurator(Configurator):
         total_lat_sd = np.sqrt(lat_sd**2 + epi["latency"])
         total_cost_sd = np.sqrt(cost_sd**2 + epi["cost"])
         p = ndtr((math.log(deadline) - lat) / total_lat_sd)
+        # A pick must also be one the job can stay on: an epoch that meets its share only
+        # because the last one left every container warm (a small λ after a large one)
+        # runs late as soon as it follows itself, and a late epoch shrinks every later
+        # epoch's share.
+        staying = ndtr(
+            (math.log(deadline) - steady_lat) / np.sqrt(steady_lat_sd**2 + epi["latency"])
+        )
+        p = np.minimum(p, staying)
         if math.isfinite(budget):
             p = p * ndtr((math.log(budget) - cost) / total_cost_sd)
         del progress_sd
