@@ -82,6 +82,12 @@ class EventDriftMonitor(DriftDetector):
         Errors averaged into each value the river detector sees: 1 feeds every event;
         a detector that runs a test per value (KSWIN's Kolmogorov-Smirnov test) is
         fed block means so its cost stays a small share of the ingest path.
+    level_events
+        0 feeds the river detector the normalised errors as they are. Otherwise the
+        mean of the first ``level_events`` errors after a reset is the stream's level,
+        and every value is fed divided by it: a detector with absolute parameters
+        (Page-Hinkley's tolerance and threshold) then means "a rise of x %" whether the
+        model's RMSE is 0.5 or 1.2, where the bound of ADWIN scales by itself.
 
     Examples
     --------
@@ -113,6 +119,7 @@ class EventDriftMonitor(DriftDetector):
         min_z: float = 3.0,
         min_users: int = 20,
         block: int = 1,
+        level_events: int = 0,
     ) -> None:
         super().__init__()
         if not (math.isfinite(min_relative_drop) and min_relative_drop >= 0.0):
@@ -137,7 +144,10 @@ class EventDriftMonitor(DriftDetector):
         self.min_users = min_users
         if block < 1:
             raise ValueError(f"block must be >= 1, got {block}")
+        if level_events < 0:
+            raise ValueError(f"level_events must be >= 0, got {level_events}")
         self.block = block
+        self.level_events = level_events
         self.reset()
 
     def reset(self) -> None:
@@ -149,6 +159,9 @@ class EventDriftMonitor(DriftDetector):
         self._changes = 0
         self._drift_detected = False
         self._partial: list[float] = []
+        #: The stream's level (``level_events``), and the values awaiting it.
+        self._level: float | None = None
+        self._unleveled: list[float] = []
 
     def on_swap(self, continues_regime: bool = False) -> None:
         if not continues_regime:
@@ -181,6 +194,7 @@ class EventDriftMonitor(DriftDetector):
             "changes": self._changes,
             "partial": list(self._partial),
             "candidate": self._candidate,
+            "level": self._level,
         }
         window = _adwin_window(self._river)
         if window is not None:
@@ -202,6 +216,10 @@ class EventDriftMonitor(DriftDetector):
         partial = [float(value) for value in state.get("partial", [])]
         if not _unit_interval(values) or not _unit_interval(np.asarray(partial)):
             raise ValueError("saved errors must be finite values in [0, 1]")
+        level = state.get("level")
+        if level is not None and not (isinstance(level, int | float) and 0 < level < math.inf):
+            raise ValueError(f"saved level must be a positive number, got {level!r}")
+        self._level = None if level is None else float(level)
         saved_window = state.get("adwin")
         try:
             if saved_window is not None and _load_adwin_window(
@@ -264,6 +282,19 @@ class EventDriftMonitor(DriftDetector):
                 return False
             value = sum(self._partial) / self.block
             self._partial = []
+        if not self.level_events:
+            self._river.update(value)
+            return bool(self._river.drift_detected)
+        if self._level is None:
+            self._unleveled.append(value)
+            if len(self._unleveled) < max(1, self.level_events // self.block):
+                return False
+            self._level = max(float(np.mean(self._unleveled)), 1e-9)
+            pending, self._unleveled = self._unleveled, []
+            return any(self._river_update(v / self._level) for v in pending)
+        return self._river_update(value / self._level)
+
+    def _river_update(self, value: float) -> bool:
         self._river.update(value)
         return bool(self._river.drift_detected)
 

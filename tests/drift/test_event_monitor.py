@@ -134,3 +134,31 @@ def test_a_refresh_swapping_in_just_after_the_onset_does_not_hide_the_drift() ->
     assert kept and onset < kept[0].events_seen <= onset + 2_500
     restarted = _feed(_monitor("adwin-event"), errors, users, swaps=swap, scheduled=False)
     assert restarted == []
+
+
+@pytest.mark.parametrize("rmse", [0.45, 0.9, 1.3])
+def test_page_hinkley_means_the_same_relative_rise_at_any_error_level(rmse: float) -> None:
+    """Fed errors relative to the stream's level, Page-Hinkley's absolute tolerance and
+    threshold mean "a rise of x %" on a good model and a poor one alike: a 20 % rise
+    of the RMSE is alerted soon at every level, and 100,000 stationary events are not."""
+    rng = np.random.default_rng(11)
+    onset = 30_000
+    errors = np.r_[_squared_errors(rng, rmse, onset), _squared_errors(rng, rmse * 1.2, 10_000)]
+    alerts = _feed(_monitor("page-hinkley"), errors, _many_users(rng, errors.size))
+    assert alerts and onset < alerts[0].events_seen <= onset + 5_000, alerts
+    quiet = _squared_errors(rng, rmse, 100_000)
+    assert _feed(_monitor("page-hinkley"), quiet, _many_users(rng, quiet.size)) == []
+
+
+def test_the_learnt_level_survives_a_restart() -> None:
+    rng = np.random.default_rng(12)
+    errors = _squared_errors(rng, 0.9, 3_000)
+    monitor = _monitor("page-hinkley")
+    _feed(monitor, errors, _many_users(rng, errors.size))
+    state = monitor.state()
+    assert state["level"] == pytest.approx(np.mean(errors[:1_000] / 4.5**2), rel=1e-6)
+    restored = _monitor("page-hinkley")
+    restored.restore(state)
+    assert restored.state()["level"] == state["level"]
+    with pytest.raises(ValueError, match="level"):
+        restored.restore({**state, "level": -1.0})
