@@ -98,9 +98,9 @@ def run_training(
         False when ``backend`` already holds the model and the training data (one
         restored from a checkpoint); ``model`` is then not used and may be None.
     item_bias_support
-        The trained model's item biases are damped by their support in the training
-        window (``BiasedMF.damp_item_biases``) before the holdout is scored; 0 leaves
-        them as trained.
+        The trained model's items are damped by their support in the training window
+        (``BiasedMF.damp_items``) before the holdout is scored; 0 leaves them as
+        trained.
     """
     if len(window) == 0:
         raise ValueError("a retraining window needs at least one labelled event")
@@ -158,7 +158,7 @@ def run_training(
     finally:
         configurator.close(observations)
     trained = backend.result()
-    trained.damp_item_biases(train.item_ids, item_bias_support)
+    trained.damp_items(train.item_ids, item_bias_support)
     return JobResult(
         model=trained,
         stop_reason=stop,

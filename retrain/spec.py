@@ -57,8 +57,8 @@ class JobSpec:
     #: Older events per event since the change in a drift job's window; None: a drift
     #: job's window is like any other's.
     drift_history_ratio: float | None = None
-    #: Ratings at which an item's bias keeps half its trained value (see
-    #: ``BiasedMF.damp_item_biases``); 0 keeps biases as trained.
+    #: Ratings at which an item's bias and factors keep half their trained value (see
+    #: ``BiasedMF.damp_items``); 0 keeps them as trained.
     item_bias_support: float = 20.0
     #: Id of the last event before the change point of the alert that started the job;
     #: None for jobs no alert started (and for drift jobs while the ratio is None).

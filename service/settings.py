@@ -176,9 +176,9 @@ class Settings(BaseSettings):
         20.0,
         ge=0,
         description=(
-            "A trained version's item biases are damped by n / (n + this), n the item's "
-            "ratings in the job's window, so that an item rated once at 5 stars does not top "
-            "every list; 0 keeps them as trained."
+            "A trained version's item biases and factors are damped by n / (n + this), n the "
+            "item's ratings in the job's window, so that an item rated once at 5 stars does "
+            "not top every list; 0 keeps them as trained."
         ),
     )
     batch_size: int = Field(1024, ge=1)
@@ -230,6 +230,14 @@ class Settings(BaseSettings):
     # Serving.
     fold_in_regularization: float = Field(10.0, gt=0)
     fold_in_bias_regularization: float = Field(3.0, gt=0)
+    fold_in_item_bias_regularization: float = Field(
+        10.0,
+        gt=0,
+        description=(
+            "An item's online bias is the sum of its residuals over this plus their count: "
+            "items are ranked by it, and one with a few high ratings must not top every list."
+        ),
+    )
     fold_in_forgetting: float = Field(0.95, gt=0, le=1)
     fold_in_replay_events: int = Field(50_000, ge=0)
     popular_window: int = Field(5_000, ge=1)

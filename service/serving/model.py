@@ -176,8 +176,13 @@ class ServingModel:
         λ of the fold-in ridge on the factors: how many ratings' worth of weight the
         version's vector carries against new evidence.
     bias_regularization
-        The same for user and item biases, which need far less evidence to move
-        than a factor vector does, so they get their own, smaller λ.
+        The same for user biases, which need far less evidence to move than a factor
+        vector does, so they get their own, smaller λ.
+    item_bias_regularization
+        The same for item biases, in ratings: an item's bias is the sum of its
+        residuals over this plus their count. Items are ranked by it, and an item with
+        a handful of high ratings must not top every list, so it is larger than the
+        users' (None: ``bias_regularization``).
     rating_range
         Predictions are clipped to it.
     forgetting
@@ -206,6 +211,7 @@ class ServingModel:
         max_users: int | None = None,
         max_items: int | None = None,
         cached_answers: int = 0,
+        item_bias_regularization: float | None = None,
     ) -> None:
         self.model = model
         self.version = version
@@ -220,7 +226,11 @@ class ServingModel:
         dim = self._dim
         shapes = {"gram": (dim, dim), "rhs": (dim,), "prior": (dim,), "vector": (dim,)}
         self._users = LruRows(shapes, _at_least_a_chunk(max_users))
-        self._items = OnlineBiases(bias_regularization, forgetting, _at_least_a_chunk(max_items))
+        self._items = OnlineBiases(
+            bias_regularization if item_bias_regularization is None else item_bias_regularization,
+            forgetting,
+            _at_least_a_chunk(max_items),
+        )
         self._rating_sum = 0.0
         self._rating_count = 0
         n_items = model.n_items if model is not None else 0

@@ -240,17 +240,19 @@ def test_top_k_matches_full_sort() -> None:
     np.testing.assert_array_equal(best, scores[rows])
 
 
-def test_item_biases_are_damped_by_their_support_in_the_window() -> None:
+def test_items_are_damped_by_their_support_in_the_window() -> None:
     model = BiasedMF(factors=2, seed=0)
     model.grow(["u"], ["rare", "common", "absent"])
     model.item_bias[:] = [1.5, 1.5, 1.5]
+    model.item_factors[:] = 1.0
     window = ["rare"] + ["common"] * 60
-    model.damp_item_biases(window, support=20.0)
+    model.damp_items(window, support=20.0)
     rare, common, absent = model.item_bias
     assert rare == pytest.approx(1.5 * 1 / 21)
     assert common == pytest.approx(1.5 * 60 / 80)
     assert absent == 1.5  # not in the window: what earlier versions learnt stays
-    model.damp_item_biases(window, support=0.0)
+    assert model.item_factors[:, 0].tolist() == pytest.approx([1 / 21, 60 / 80, 1.0])
+    model.damp_items(window, support=0.0)
     assert model.item_bias[0] == pytest.approx(1.5 / 21)
     with pytest.raises(ValueError, match="support"):
-        model.damp_item_biases(window, support=-1.0)
+        model.damp_items(window, support=-1.0)
