@@ -136,7 +136,7 @@ class Settings(BaseSettings):
     heartbeat_events: int = Field(500, ge=1)
     heartbeat_seconds: float | None = Field(None, gt=0)
     drift_detector: str = Field(
-        "adwin-event", description="Which drift detector: a name in drift.DETECTORS."
+        "page-hinkley", description="Which drift detector: a name in drift.DETECTORS."
     )
     adwin_delta: float = Field(0.002, gt=0, lt=1)
     min_relative_drop: float = Field(0.1, ge=0)
@@ -231,11 +231,12 @@ class Settings(BaseSettings):
     fold_in_regularization: float = Field(10.0, gt=0)
     fold_in_bias_regularization: float = Field(3.0, gt=0)
     fold_in_item_bias_regularization: float = Field(
-        10.0,
+        3.0,
         gt=0,
         description=(
-            "An item's online bias is the sum of its residuals over this plus their count: "
-            "items are ranked by it, and one with a few high ratings must not top every list."
+            "An item's online bias is the sum of its residuals over this plus their count; "
+            "items are ranked by it, so a larger value ranks better at some cost in RMSE "
+            "(see the README)."
         ),
     )
     fold_in_forgetting: float = Field(0.95, gt=0, le=1)

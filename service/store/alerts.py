@@ -40,6 +40,13 @@ def add_alert(
     return int(key[0])
 
 
+def update_alert_segments(conn: Connection, alert_id: int, segments: dict[str, Any] | None) -> None:
+    """Replace an alert's segments with ones computed on more events since its change."""
+    conn.execute(
+        update(drift_alerts).where(drift_alerts.c.id == alert_id).values(segments=segments)
+    )
+
+
 def attach_alert(conn: Connection, alert_id: int, job_id: int) -> None:
     conn.execute(
         update(drift_alerts).where(drift_alerts.c.id == alert_id).values(retrain_job_id=job_id)

@@ -42,7 +42,12 @@ from service.serving.popular import PopularItems
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
 from service.store import Database
-from service.store.alerts import add_alert, add_heartbeats, list_heartbeats
+from service.store.alerts import (
+    add_alert,
+    add_heartbeats,
+    list_heartbeats,
+    update_alert_segments,
+)
 from service.store.events import (
     IngestOutcome,
     NewEvent,
@@ -68,6 +73,11 @@ _SWAP_CATCH_UP_ROUNDS = 5
 #: an operator's retrain or rollback, the drift monitor learns the new version's level
 #: afresh; after any other (scheduled) job it keeps its reference through the swap.
 NEW_REGIME_TRIGGERS = frozenset({"drift", "bootstrap", "manual", "rollback"})
+
+#: Heartbeat flushes after an alert during which its segments are computed again: an
+#: alert raised 500 events after a change has a handful of events per user behind its
+#: top movers; a few heartbeats later they stand on several times more.
+_SEGMENT_REFRESHES = 5
 
 #: Alerts whose change point (as an event id) waits for ``_trigger``; older ones are
 #: dropped (an alert is triggered in the call that stored it, or never).
@@ -116,6 +126,8 @@ class Pipeline:
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
         #: Recent events and their errors, to say where an alert's rise comes from.
         self.segments = SegmentBuffer()
+        #: Alert id → (its change, refreshes left): see ``_refresh_segments``.
+        self._segment_refreshes: dict[int, tuple[int, int]] = {}
         self._change_ids: OrderedDict[int, int] = OrderedDict()
         #: A drift alert raised while another job ran: (trigger, alert id, change point
         #: id), started as a job of its own once that one ends.
@@ -279,9 +291,20 @@ class Pipeline:
         """Write heartbeats not yet saved, and ``alerts``; returns the alerts' ids."""
         with self.db.begin() as conn:
             self._save_heartbeats(conn, snapshot_always=True)
+            self._refresh_segments(conn)
             alert_ids = [self._store_alert(conn, alert) for alert in alerts]
         self._unsaved_heartbeats = []
         return alert_ids
+
+    def _refresh_segments(self, conn: Connection) -> None:
+        """Compute the segments of recent alerts again, on the events since their change
+        (``_SEGMENT_REFRESHES`` times each)."""
+        for alert_id, (change, left) in list(self._segment_refreshes.items()):
+            update_alert_segments(conn, alert_id, self.segments.report(change))
+            if left > 1:
+                self._segment_refreshes[alert_id] = (change, left - 1)
+            else:
+                del self._segment_refreshes[alert_id]
 
     def _save_heartbeats(self, conn: Connection, *, snapshot_always: bool = False) -> None:
         """Write the unsaved heartbeats and, with them, the monitor's state.
@@ -389,6 +412,7 @@ class Pipeline:
             segments=None if change is None else self.segments.report(change),
         )
         if change is not None:
+            self._segment_refreshes[alert_id] = (change, _SEGMENT_REFRESHES)
             self._change_ids[alert_id] = self._change_event_id(conn, change)
             while len(self._change_ids) > _CHANGES_KEPT:
                 self._change_ids.popitem(last=False)

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from drift import DETECTORS, DriftAlert, EventDriftMonitor, HeartbeatAggregator, make_detector
+from drift.detectors import DEFAULT_DETECTOR
 
 EVENT_DETECTORS = ["adwin-event", "page-hinkley", "kswin"]
 HEARTBEAT = 500
@@ -51,12 +52,18 @@ def _many_users(rng: np.random.Generator, n: int) -> np.ndarray:
     return rng.integers(0, 2**16, n).astype(np.uint16)
 
 
-@pytest.mark.parametrize("rise", [0.12, 0.2, 0.5])
-def test_a_sudden_rise_of_the_error_is_alerted_within_2500_events(rise: float) -> None:
+@pytest.mark.parametrize(
+    ("name", "rise"),
+    # The default meets the bound from a 10 % rise on; ADWIN on events needs
+    # about 4,500 events for 10 % and is held to its measured 12 %.
+    [(DEFAULT_DETECTOR, r) for r in (0.1, 0.12, 0.2, 0.5)]
+    + [("adwin-event", r) for r in (0.12, 0.2, 0.5)],
+)
+def test_a_sudden_rise_of_the_error_is_alerted_within_2500_events(name: str, rise: float) -> None:
     rng = np.random.default_rng(1)
     onset = 30_000
     errors = np.r_[_squared_errors(rng, 0.9, onset), _squared_errors(rng, 0.9 * (1 + rise), 10_000)]
-    alerts = _feed(_monitor("adwin-event"), errors, _many_users(rng, errors.size))
+    alerts = _feed(_monitor(name), errors, _many_users(rng, errors.size))
     assert alerts, "no alert"
     assert onset < alerts[0].events_seen <= onset + 2_500
     # Caught early, a large rise is measured over its first few hundred events plus a
