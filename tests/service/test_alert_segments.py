@@ -160,6 +160,29 @@ def test_an_alert_is_stored_with_where_its_rise_comes_from(
     assert set(top[: len(DRIFTED)]) == DRIFTED
 
 
+def test_an_alerts_segments_are_computed_again_on_the_events_after_it(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    """An alert raised soon after its change has few events per user behind it: the
+    next heartbeat flushes compute its segments again on every event since."""
+    pipeline = make_pipeline()
+    _replay(pipeline, _events())
+    with pipeline.db.connect() as conn:
+        (row,) = list_alerts(conn)
+    at_alert = row["segments"]["events_after"]
+    later = [
+        NewEvent(f"u{k % 40}", f"i{(7 * k) % 60}", 3.0, 2_000_000_000 + k, f"later-{k}")
+        for k in range(200)
+    ]
+    for start in range(0, len(later), 50):
+        pipeline.ingest(later[start : start + 50])
+    with pipeline.db.connect() as conn:
+        refreshed = get_alert(conn, row["id"])
+    assert refreshed is not None
+    assert refreshed["segments"]["events_after"] == at_alert + len(later)
+    assert refreshed["segments"]["change_events"] == CHANGE
+
+
 def test_a_drift_job_trains_on_every_event_since_the_change_and_a_smaller_older_sample(
     make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
 ) -> None:
