@@ -180,9 +180,9 @@ class ServingModel:
         vector does, so they get their own, smaller λ.
     item_bias_regularization
         The same for item biases, in ratings: an item's bias is the sum of its
-        residuals over this plus their count. Items are ranked by it, and an item with
-        a handful of high ratings must not top every list, so it is larger than the
-        users' (None: ``bias_regularization``).
+        residuals over this plus their count. Items are ranked by it, so a larger value
+        keeps an item with a handful of high ratings from topping every list, at some
+        cost in RMSE (None: ``bias_regularization``).
     rating_range
         Predictions are clipped to it.
     forgetting
