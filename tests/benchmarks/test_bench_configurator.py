@@ -27,8 +27,8 @@ def figures(tmp_path_factory: pytest.TempPathFactory) -> dict:
     progress = measure_progress(SPACE, window=2_000, workers=(2, 8), ratios=(0.5, 1.0))
     plot = tmp_path_factory.mktemp("bench") / "regret.png"
     result = run_configurator(
-        seeds=2,
-        epochs=6,
+        seeds=1,
+        epochs=5,
         target_epochs=4,
         sizes=(10_000, 100_000),
         space=SPACE,
