@@ -234,9 +234,17 @@ class Settings(BaseSettings):
         3.0,
         gt=0,
         description=(
-            "An item's online bias is the sum of its residuals over this plus their count; "
-            "items are ranked by it, so a larger value ranks better at some cost in RMSE "
-            "(see the README)."
+            "An item's online bias, as predictions use it, is the sum of its residuals "
+            "over this plus their count."
+        ),
+    )
+    ranking_item_bias_regularization: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "How far ranking (top-K, hit-rate@10) shrinks an item's online residuals towards "
+            "the serving version's item bias, in ratings: a larger value keeps items with a "
+            "handful of high ratings off every list; predictions never read it."
         ),
     )
     fold_in_forgetting: float = Field(0.95, gt=0, le=1)

@@ -133,13 +133,28 @@ class OnlineBiases:
     def __len__(self) -> int:
         return len(self.rows)
 
-    def values(self, keys: Sequence[str]) -> np.ndarray:
-        """Current bias of each key (n,), zero for keys never seen."""
+    def values(
+        self,
+        keys: Sequence[str],
+        regularization: float | None = None,
+        prior: np.ndarray | None = None,
+    ) -> np.ndarray:
+        """Current bias of each key (n,), zero for keys never seen.
+
+        ``regularization`` shrinks the same sums harder (or less) than the biases the
+        predictions use: ranking wants a key with few residuals pulled further to zero
+        than predicting its next rating does (None: the biases' own).
+
+        >>> biases = OnlineBiases(regularization=1.0)
+        >>> _ = biases.learn_sequential(["a", "a", "a"], np.array([2.0, 2.0, 2.0]))
+        >>> biases.values(["a"]).tolist(), biases.values(["a"], regularization=9.0).tolist()
+        ([1.5], [0.5])
+        """
         index = self.rows.index
         rows = np.fromiter((index.get(k, -1) for k in keys), dtype=np.int64, count=len(keys))
-        out = np.zeros(len(keys))
+        out = np.zeros(len(keys)) if prior is None else np.array(prior, dtype=np.float64)
         seen = rows >= 0
-        out[seen] = self._bias(rows[seen])
+        out[seen] = self._bias(rows[seen], regularization, None if prior is None else out[seen])
         return out
 
     def learn_sequential(self, keys: Sequence[str], residuals: np.ndarray) -> np.ndarray:
@@ -159,5 +174,9 @@ class OnlineBiases:
         """Forget the least recently seen keys over the limit; returns them."""
         return self.rows.evict()
 
-    def _bias(self, rows: np.ndarray) -> np.ndarray:
-        return self.rows["sum"][rows] / (self.regularization + self.rows["count"][rows])
+    def _bias(
+        self, rows: np.ndarray, regularization: float | None = None, prior: np.ndarray | None = None
+    ) -> np.ndarray:
+        shrink = self.regularization if regularization is None else regularization
+        total = self.rows["sum"][rows] if prior is None else self.rows["sum"][rows] + shrink * prior
+        return total / (shrink + self.rows["count"][rows])

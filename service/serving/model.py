@@ -52,6 +52,10 @@ _ENCODED_USERS = 100_000
 class ServingView:
     """What ``recommend`` reads: one consistent state of a version and its fold-in.
 
+    ``item_bias`` holds the items' online biases as ranking reads them: shrunk by
+    ``ranking_item_bias_regularization``, harder than the biases predictions use, so an
+    item with a handful of high ratings does not top every list.
+
     Nothing in it is written after publication: ``item_bias`` is a fresh array per
     view and ``user_vectors`` a persistent map whose arrays are never written in place.
     With an ANN ``index`` (``service.serving.index``), ``risen`` holds the rows whose
@@ -180,9 +184,16 @@ class ServingModel:
         vector does, so they get their own, smaller λ.
     item_bias_regularization
         The same for item biases, in ratings: an item's bias is the sum of its
-        residuals over this plus their count. Items are ranked by it, so a larger value
-        keeps an item with a handful of high ratings from topping every list, at some
-        cost in RMSE (None: ``bias_regularization``).
+        residuals over this plus their count (None: ``bias_regularization``).
+    ranking_item_bias_regularization
+        The same sums as ranking (top-K and the prequential hit-rate) reads them, shrunk
+        towards the version's item bias rather than zero: (Σ residuals + this · b_i) /
+        (this + count). The rating an item gets next is best predicted with little
+        shrinkage; which items to put first is not: a bias from three ratings is mostly
+        noise, and ranking by it fills every list with items a few users loved, while
+        the version's bias stands on the whole training window. Predictions never read
+        it, so it costs no RMSE (None: ``item_bias_regularization``; BENCHMARKS.md
+        "prequential").
     rating_range
         Predictions are clipped to it.
     forgetting
@@ -212,6 +223,7 @@ class ServingModel:
         max_items: int | None = None,
         cached_answers: int = 0,
         item_bias_regularization: float | None = None,
+        ranking_item_bias_regularization: float | None = None,
     ) -> None:
         self.model = model
         self.version = version
@@ -231,14 +243,14 @@ class ServingModel:
             forgetting,
             _at_least_a_chunk(max_items),
         )
+        self.ranking_item_bias_regularization = ranking_item_bias_regularization
         self._rating_sum = 0.0
         self._rating_count = 0
-        n_items = model.n_items if model is not None else 0
         self._view = ServingView(
             model,
             version,
             self.global_mean,
-            np.zeros(n_items),
+            model.item_bias.copy() if model is not None else np.zeros(0),
             Map(),
             answer_limit=cached_answers,
         )
@@ -394,8 +406,12 @@ class ServingModel:
         if self.model is not None:
             item_bias = item_bias.copy()
             rows = self.model.encode_items(touched + evicted)
-            values = np.concatenate([self._items.values(touched), np.zeros(len(evicted))])
             known = rows >= 0
+            prior = np.where(known, self.model.item_bias[rows], 0.0)
+            ranked = self._items.values(
+                touched, self.ranking_item_bias_regularization, prior[: len(touched)]
+            )
+            values = np.concatenate([ranked, prior[len(touched) :]])
             item_bias[rows[known]] = values[known]
             risen = _risen(view, rows[known], item_bias)
         self._view = replace(

@@ -286,15 +286,33 @@ def test_the_least_recently_seen_users_are_evicted_and_fall_back_to_the_version(
     assert serving.recommend("new19999", 3) is not None
 
 
-def test_evicted_items_lose_their_online_bias_in_recommendations(model: BiasedMF) -> None:
+def test_evicted_items_fall_back_to_the_versions_bias_in_recommendations(
+    model: BiasedMF,
+) -> None:
     serving = ServingModel(model, "v", rating_range=(-100.0, 100.0), max_items=4096)
-    serving.learn(["a"] * 3, ["i1"] * 3, np.full(3, 5.0))
     row = model.item_index["i1"]
-    assert serving.view.item_bias[row] > 0
+    assert serving.view.item_bias[row] == model.item_bias[row]
+    serving.learn(["a"] * 3, ["i1"] * 3, np.full(3, 50.0))
+    assert serving.view.item_bias[row] > model.item_bias[row]
     for start in range(0, 8192, 1024):
         serving.learn(["b"] * 1024, [f"x{k}" for k in range(start, start + 1024)], np.ones(1024))
     assert serving.online_items == 4096
-    assert serving.view.item_bias[row] == 0.0
+    assert serving.view.item_bias[row] == model.item_bias[row]
+
+
+def test_ranking_shrinks_an_items_online_bias_towards_the_versions(model: BiasedMF) -> None:
+    loose = ServingModel(
+        model, "v", rating_range=(-100.0, 100.0), ranking_item_bias_regularization=1
+    )
+    tight = ServingModel(
+        model, "v", rating_range=(-100.0, 100.0), ranking_item_bias_regularization=1e9
+    )
+    for serving in (loose, tight):
+        serving.learn(["a"] * 3, ["i1"] * 3, np.full(3, 50.0))
+    row = model.item_index["i1"]
+    assert loose.view.item_bias[row] > 10 + model.item_bias[row]
+    assert tight.view.item_bias[row] == pytest.approx(model.item_bias[row], abs=1e-6)
+    assert loose.predict(["a"], ["i1"]) == tight.predict(["a"], ["i1"])  # ranking only
 
 
 def test_a_published_view_never_changes_under_a_reader(model: BiasedMF) -> None:
@@ -336,6 +354,7 @@ def test_recommend_returns_k_items_best_first_without_the_excluded_ones(
     serving = ServingModel(model, "v0001")
     user = "u50"
     scores = _factor_only_prediction(model, [user] * model.n_items, model.item_ids)
+    scores += model.item_bias  # ranking starts from the version's item biases
     ranked = [model.item_ids[r] for r in np.argsort(-scores, kind="stable")]
     exclude = [ranked[0], ranked[2], "not-an-item"]
     recommended = serving.recommend(user, 5, exclude)
@@ -346,8 +365,9 @@ def test_recommend_returns_k_items_best_first_without_the_excluded_ones(
     assert not set(items) & set(exclude)
     assert got_scores == sorted(got_scores, reverse=True)
     assert items == [i for i in ranked if i not in exclude][:5]
-    expected = _factor_only_prediction(model, [user] * 5, items)  # unclipped
-    np.testing.assert_allclose(got_scores, expected, rtol=0, atol=1e-12)
+    rows = model.encode_items(items)
+    expected = _factor_only_prediction(model, [user] * 5, items) + model.item_bias[rows]
+    np.testing.assert_allclose(got_scores, expected, rtol=0, atol=1e-12)  # unclipped
 
 
 def test_recommend_returns_every_eligible_item_when_k_exceeds_them(model: BiasedMF) -> None:
@@ -372,7 +392,9 @@ def test_recommend_follows_the_folded_in_vector(model: BiasedMF) -> None:
     assert serving.user_vector("newcomer") is not None
     recommended = serving.recommend("newcomer", 3)
     assert recommended is not None
-    scores = serving.predict(["newcomer"] * model.n_items, model.item_ids)
+    vector = serving.user_vector("newcomer")
+    assert vector is not None
+    scores = model.item_factors @ vector[:-1] + vector[-1] + serving.view.item_bias
     best = np.argsort(-scores, kind="stable")[:3]
     assert [item for item, _ in recommended] == [model.item_ids[r] for r in best]
 
