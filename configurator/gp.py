@@ -202,6 +202,7 @@ class GpOptConfigurator(Configurator):
         started = time.perf_counter()
         self._take_refit()
         context = self.context
+        assert context is not None  # propose() answers the default without one
         samples = history[-1].samples if history and history[-1].samples else None
         samples = samples or context.train_samples
         model = self.prior
