@@ -8,6 +8,9 @@
   and the invocation fails with ``out_of_memory``, as Lambda's does.
 * The time limit is enforced (default and maximum 900 s): the container is killed and
   the invocation fails with ``timeout``.
+* Containers run at a lower CPU priority (``niceness``, default 10): on a machine that
+  also serves, a retrain's workers take the cores only when requests and ingestion
+  leave them idle, as they would on Lambda, where they run on other machines.
 * The meter bills exactly as Lambda: GB-seconds per started millisecond of the
   duration plus, for a cold start, the container's initialisation (``init_duration_s``,
   Lambda's ``Init Duration``, billed since August 2025), plus the request price, from
@@ -58,8 +61,15 @@ class _Context:
         return max(0, int((self._deadline - time.time()) * 1000))
 
 
-def _container_main(conn: Connection, handler_path: str) -> None:
+#: How much lower than the service's the containers' CPU priority is (``os.nice``).
+DEFAULT_NICENESS = 10
+
+
+def _container_main(conn: Connection, handler_path: str, niceness: int = 0) -> None:
     """A container's loop: import the handler once (the cold start), then serve."""
+    if niceness and hasattr(os, "nice"):
+        with contextlib.suppress(OSError):
+            os.nice(niceness)
     module_name, _, attribute = handler_path.partition(":")
     handler: Callable[[dict, Any], dict] = getattr(importlib.import_module(module_name), attribute)
     conn.send(("ready", None))
@@ -92,12 +102,12 @@ def _rss_mb(pid: int) -> float:
 
 
 class _Container:
-    def __init__(self, handler_path: str, memory_mb: int) -> None:
+    def __init__(self, handler_path: str, memory_mb: int, niceness: int = 0) -> None:
         context = multiprocessing.get_context("spawn")
         self.conn, child = context.Pipe()
         self.memory_mb = memory_mb
         self.process = context.Process(
-            target=_container_main, args=(child, handler_path), daemon=True
+            target=_container_main, args=(child, handler_path, niceness), daemon=True
         )
         self.process.start()
         child.close()
@@ -133,6 +143,8 @@ class LocalRuntime(Runtime):
     slowdown
         Straggler injection for experiments: called once per invocation, returns the
         factor by which that invocation runs slower (1.0: normal speed).
+    niceness
+        How much the containers lower their CPU priority (0: the service's own).
     """
 
     name = "local"
@@ -143,8 +155,10 @@ class LocalRuntime(Runtime):
         handler: str = DEFAULT_HANDLER,
         prices: LambdaPrices | None = None,
         slowdown: Callable[[], float] | None = None,
+        niceness: int = DEFAULT_NICENESS,
     ) -> None:
         self.concurrency = concurrency or os.cpu_count() or 1
+        self.niceness = niceness
         self.slowdown = slowdown
         self.handler = handler
         self.prices = prices or lambda_prices()
@@ -228,7 +242,7 @@ class LocalRuntime(Runtime):
                 return container, False
         except queue.Empty:
             pass
-        container = _Container(self.handler, memory_mb)
+        container = _Container(self.handler, memory_mb, self.niceness)
         container.wait_ready(timeout_s=120)
         with self._lock:
             self._all.append(container)
@@ -244,7 +258,7 @@ class LocalRuntime(Runtime):
         self.prices.check_memory(memory_mb)
         if count < 0:
             raise ValueError(f"count must be >= 0, got {count}")
-        containers = [_Container(self.handler, memory_mb) for _ in range(count)]
+        containers = [_Container(self.handler, memory_mb, self.niceness) for _ in range(count)]
         with self._lock:
             self._all.extend(containers)
             warm = self._warm.setdefault(memory_mb, queue.SimpleQueue())

@@ -16,6 +16,10 @@ def echo(event: dict, context: Any) -> dict:
     }
 
 
+def niceness(event: dict, context: Any) -> dict:
+    return {"niceness": os.nice(0)}
+
+
 def sleep(event: dict, context: Any) -> dict:
     time.sleep(event["seconds"])
     return {"slept": event["seconds"]}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import os
 import time
 from collections.abc import Iterator
 
@@ -137,3 +138,15 @@ def test_injected_stragglers_run_and_bill_slower() -> None:
     assert normal.labels["slowdown"] == 1.0 and slow.labels["slowdown"] == 4.0
     assert slow.duration_s >= 3 * normal.duration_s * 0.8
     assert slow.cost_usd > normal.cost_usd
+
+
+@pytest.mark.skipif(not hasattr(os, "nice"), reason="os.nice is POSIX")
+def test_containers_run_below_the_services_cpu_priority() -> None:
+    """Retraining workers on the serving machine yield the cores to requests."""
+    handler = f"{WORKERS}:niceness"
+    niceness = {}
+    for lowered in (7, 0):
+        with LocalRuntime(concurrency=1, handler=handler, niceness=lowered) as local:
+            niceness[lowered] = local.submit({}, memory_mb=256, timeout_s=30).result().result
+    assert niceness[7] == {"niceness": min(os.nice(0) + 7, 19)}
+    assert niceness[0] == {"niceness": os.nice(0)}
