@@ -49,6 +49,12 @@ class Metrics:
         self.retrain_jobs = Counter(
             "driftline_retrain_jobs", "Retraining jobs finished.", ["status"], registry=r
         )
+        self.retrain_jobs_started = Counter(
+            "driftline_retrain_jobs_started",
+            "Retraining jobs started, by trigger policy and trigger.",
+            ["policy", "trigger"],
+            registry=r,
+        )
         self.model_swaps = Counter(
             "driftline_model_swaps", "Model versions hot-swapped in.", registry=r
         )

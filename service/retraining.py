@@ -74,6 +74,7 @@ class StoreJobRecorder:
             )
             if alert_id is not None:
                 attach_alert(conn, alert_id, job_id)
+        self.metrics.retrain_jobs_started.labels(policy=spec.policy, trigger=trigger).inc()
         return job_id
 
     def attach_alert(self, alert_id: int, job_id: int) -> None:

@@ -201,7 +201,27 @@ class Settings(BaseSettings):
         "driftline-worker", description="The deployed worker (RETRAIN_RUNTIME=lambda)."
     )
     retrain_policy: str = Field(
-        "adwin", description="When to retrain: a name in retrain.policies.POLICIES."
+        "adwin",
+        description=(
+            "When to retrain: a name in retrain.policies.POLICIES (adwin, best-effort, "
+            "cost-aware, continuum, periodic, never)."
+        ),
+    )
+    retrain_interval_s: float = Field(
+        300.0,
+        gt=0,
+        description="RETRAIN_POLICY=cost-aware: seconds between batch retrains (SandPiper: 5 min).",
+    )
+    continuum_weight: float = Field(
+        10.0,
+        gt=0,
+        description=(
+            "RETRAIN_POLICY=continuum: w in 'retrain when the pending data's latency regret "
+            "exceeds w x the fixed cost of a retrain'; larger waits longer, retrains less."
+        ),
+    )
+    periodic_events: int = Field(
+        10_000, ge=1, description="RETRAIN_POLICY=periodic: labelled events between retrains."
     )
     retrain_configurator: str = Field(
         "static",

@@ -262,6 +262,13 @@ class HealthPublic(BaseModel):
     model_version: str | None
     labelled_events_seen: int
     retrain_job_running: int | None
+    retrain_policy: dict[str, str] | None = Field(
+        None,
+        description=(
+            "The trigger policy (RETRAIN_POLICY): 'name' and 'waiting_for' in words, e.g. "
+            "'next batch in 212 s' or 'regret 0.4 of threshold'."
+        ),
+    )
     prequential: dict[str, TrackPublic]
     database: str
     events_stored: int | None = None

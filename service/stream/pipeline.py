@@ -32,7 +32,8 @@ from drift import (
 from drift.segments import SegmentBuffer
 from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
-from retrain import POLICIES, TriggerPolicy
+from retrain import TriggerPolicy
+from retrain.policies import make_policy
 from service.metrics import Metrics
 from service.retraining import build_retrainer
 from service.serving.history import RatedItems
@@ -59,7 +60,7 @@ from service.store.events import (
     recent_pairs,
     store_events,
 )
-from service.store.jobs import job_trigger
+from service.store.jobs import get_job, job_trigger
 from service.store.monitor import load_monitor_state, save_monitor_state
 from service.stream.ranking import PrequentialRanking
 
@@ -140,8 +141,13 @@ class Pipeline:
             min_heartbeats=settings.min_heartbeats,
             rating_range=(settings.rating_min, settings.rating_max),
         )
-        self.policy: TriggerPolicy = POLICIES[settings.retrain_policy](
-            bootstrap_events=settings.bootstrap_events, refresh_events=settings.refresh_events
+        self.policy: TriggerPolicy = make_policy(
+            settings.retrain_policy,
+            bootstrap_events=settings.bootstrap_events,
+            refresh_events=settings.refresh_events,
+            interval_s=settings.retrain_interval_s,
+            weight=settings.continuum_weight,
+            every_events=settings.periodic_events,
         )
         self.retrainer = build_retrainer(
             settings, db, registry, metrics, background=background_retrain
@@ -215,6 +221,7 @@ class Pipeline:
             stored = outcome.stored
             self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
             self._stored_since_sync += len(stored)
+            self.policy.observe_events(sum(e.rating is not None for e in stored), time.time())
         self.metrics.events_ingested.inc(outcome.accepted)
         self.metrics.events_duplicate.inc(outcome.duplicates)
         try:
@@ -509,8 +516,34 @@ class Pipeline:
                 self.static = loaded.model
             self.monitor.on_swap(continues_regime)
         self.swap_seconds += time.perf_counter() - began
+        self._observe_job(loaded)
         self.metrics.model_swaps.inc()
         log.info("serving model %s", loaded.version)
+
+    def _observe_job(self, loaded: LoadedVersion) -> None:
+        """Tell the policy how long the job behind ``loaded`` ran, over how many events:
+        Continuum's rule refits its training-time model on these."""
+        job_id = loaded.row.get("job_id")
+        if job_id is None:
+            return
+        try:
+            with self.db.connect() as conn:
+                job = get_job(conn, int(job_id))
+        except SQLAlchemyError:
+            log.exception("reading job %s for the trigger policy", job_id)
+            return
+        if job is None or job.get("finished_at") is None or job.get("started_at") is None:
+            return
+        if job.get("window_events"):
+            self.policy.observe_job(job["window_events"], job["finished_at"] - job["started_at"])
+
+    def policy_status(self) -> dict[str, str]:
+        """The trigger policy's name and what it waits for, for ``/healthz``."""
+        since = None if self.current is None else self.labelled_seen - self._seen_at_swap
+        return {
+            "name": self.policy.name,
+            "waiting_for": self.policy.waiting_for(self.labelled_seen, since),
+        }
 
     def _continues_regime(self, loaded: LoadedVersion) -> bool:
         """Whether ``loaded`` was trained on a schedule over the stream the serving

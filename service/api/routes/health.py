@@ -35,6 +35,7 @@ def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
         "model_version": pipeline.serving.version,
         "labelled_events_seen": pipeline.labelled_seen,
         "retrain_job_running": pipeline.retrainer.active_job_id,
+        "retrain_policy": pipeline.policy_status(),
         "prequential": _tracks(pipeline),
     }
     consumer = getattr(request.app.state, "consumer", None)
