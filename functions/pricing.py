@@ -57,3 +57,46 @@ def lambda_prices() -> LambdaPrices:
     entry = dict(load_prices()["lambda_x86"])
     entry.pop("source")
     return LambdaPrices(**entry)
+
+
+@dataclass(frozen=True)
+class VmPrices:
+    """An on-demand VM type: vCPUs, hourly price, per-second billing with a minimum.
+
+    >>> vm = vm_prices("c5")
+    >>> vm.vcpus, round(vm.run_cost(30.0), 6), round(vm.run_cost(3600.0), 6)
+    (2, 0.001417, 0.085)
+    """
+
+    name: str
+    vcpus: int
+    hour_usd: float
+    billing_minimum_s: float
+
+    def run_cost(self, seconds: float) -> float:
+        """One instance up for ``seconds``: billed per second, at least the minimum."""
+        return max(seconds, self.billing_minimum_s) * self.hour_usd / 3600.0
+
+    @property
+    def vcpu_hour_usd(self) -> float:
+        return self.hour_usd / self.vcpus
+
+
+def vm_prices(name: str = "c5") -> VmPrices:
+    """A VM price set of the price file's ``vm_sets`` (``c5``, or ``sandpiper``: the
+    paper's $0.39/h, kept apart because it matches no instance)."""
+    entry = load_prices()["vm_sets"][name]
+    return VmPrices(name, int(entry["vcpus"]), float(entry["hour_usd"]), entry["billing_minimum_s"])
+
+
+@dataclass(frozen=True)
+class ObjectStorePrices:
+    """Per-request prices of the object store a job's workers read and write."""
+
+    get_request_usd: float
+    put_request_usd: float
+
+
+def object_store_prices() -> ObjectStorePrices:
+    entry = load_prices()["object_store"]
+    return ObjectStorePrices(float(entry["get_request_usd"]), float(entry["put_request_usd"]))

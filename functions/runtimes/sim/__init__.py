@@ -52,6 +52,9 @@ shard named by the worker event is read from the object store for its sample cou
 writes an empty delta (no rows) under the event's ``delta_key``, so that a coordinator
 that reads deltas runs end to end, its model unchanged: timing and cost only.
 
+The VM baselines (:mod:`functions.runtimes.sim.vm`) run the same per-sample compute
+in the same virtual time on a peak-sized VM or an autoscaled fleet, billed for being up.
+
 :func:`simulate_epochs` replays the coordinator's κ-of-λ epochs (BSP, selective, ASP)
 directly, without a store or a model, for configuration searches.
 
@@ -64,14 +67,20 @@ directly, without a store or a model, for configuration searches.
 """
 
 from functions.runtimes.base import register_runtime
+from functions.runtimes.sim.bill import FunctionBill, function_bill
 from functions.runtimes.sim.calibration import CalibrationFit, calibrate, fit_performance_model
 from functions.runtimes.sim.clock import SimFuture, VirtualClock
 from functions.runtimes.sim.epochs import EpochTiming, Simulation, simulate_epochs
 from functions.runtimes.sim.model import DEFAULT_MODEL, PerformanceModel, Work
 from functions.runtimes.sim.runtime import SimRuntime
+from functions.runtimes.sim.vm import AutoscaledFleet, PeakSizedVm
 from functions.runtimes.sim.work import StoreWork, UncostablePayload
 
 __all__ = [
+    "AutoscaledFleet",
+    "FunctionBill",
+    "PeakSizedVm",
+    "function_bill",
     "DEFAULT_MODEL",
     "CalibrationFit",
     "EpochTiming",
