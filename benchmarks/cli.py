@@ -70,7 +70,10 @@ def bench(
     name: Annotated[
         str,
         typer.Argument(
-            help="Benchmark: prequential, drift, ingest, sync, memory, serve or configurator."
+            help=(
+                "Benchmark: prequential, drift, ingest, sync, memory, serve, configurator "
+                "or policies."
+            )
         ),
     ],
     as_json: Annotated[bool, typer.Option("--json", help="Print one JSON object last.")] = False,
@@ -92,7 +95,16 @@ def bench(
         typer.Option(help="serve: items of the synthetic catalogue (default 1,000,000)."),
     ] = None,
     seeds: Annotated[
-        int | None, typer.Option(help="configurator: seeds per scenario (default 30).")
+        int | None,
+        typer.Option(help="configurator: seeds per scenario (default 30); policies: 3."),
+    ] = None,
+    minutes: Annotated[
+        float | None,
+        typer.Option(help="policies: virtual minutes of each trace (default 120)."),
+    ] = None,
+    report: Annotated[
+        Path | None,
+        typer.Option(help="policies: write the plots and a markdown report into this folder."),
     ] = None,
     epochs: Annotated[
         int | None, typer.Option(help="configurator: epochs per job (default 50).")
@@ -117,6 +129,8 @@ def bench(
         "seeds": seeds,
         "epochs": epochs,
         "plot": plot,
+        "minutes": minutes,
+        "report": report,
     }
     given = {key: value for key, value in options.items() if value is not None}
     accepted = inspect.signature(run).parameters

@@ -7,6 +7,7 @@ from benchmarks.bench.configurator import run_configurator
 from benchmarks.bench.drift import run_drift
 from benchmarks.bench.ingest import run_ingest
 from benchmarks.bench.memory import run_memory
+from benchmarks.bench.policies import run_policies
 from benchmarks.bench.prequential import run_prequential
 from benchmarks.bench.serve import run_serve
 from benchmarks.bench.sync import run_sync
@@ -19,6 +20,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "configurator": run_configurator,
     "drift": run_drift,
     "serve": run_serve,
+    "policies": run_policies,
 }
 
 __all__ = ["BENCHMARKS"]

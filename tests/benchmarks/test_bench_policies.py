@@ -1,0 +1,102 @@
+"""``driftline bench policies`` on a shortened trace: the JSON's shape and sane values."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from benchmarks.cli import app
+from benchmarks.policy_eval.runtimes import RUNTIMES
+from retrain.policies import POLICIES
+
+PUBLISHED = {
+    "cost_usd",
+    "mean_accuracy",
+    "p10_accuracy",
+    "retrain_s",
+    "incorporation_latency_s",
+    "recovery_s",
+}
+HEADLINE = {
+    "wits_cost_ratio_vm_at_090",
+    "wits_cost_ratio_vm_at_095",
+    "wits_cost_ratio_autoscaled_at_090",
+    "berkeley_retrain_speedup_vs_cost_aware",
+}
+
+
+@pytest.fixture(scope="module")
+def result(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    from benchmarks.bench.policies import run_policies
+
+    report = tmp_path_factory.mktemp("report")
+    return run_policies(
+        limit=15_000, seeds=3, minutes=12, report=report, traces=("wits", "berkeley")
+    )
+
+
+@pytest.mark.slow
+def test_every_trace_policy_and_runtime_reports_the_published_figures(result: dict) -> None:
+    assert set(result["traces"]) == {"wits", "berkeley"}
+    for block in result["traces"].values():
+        assert set(block) == set(POLICIES)
+        for runtimes in block.values():
+            assert set(runtimes) == set(RUNTIMES)
+            for figures in runtimes.values():
+                assert set(figures) >= PUBLISHED
+                assert all(math.isfinite(figures[k]) and figures[k] >= 0 for k in PUBLISHED)
+    assert set(result["headline"]) == HEADLINE
+
+
+@pytest.mark.slow
+def test_best_effort_is_the_yardstick_and_vms_bill_for_being_up(result: dict) -> None:
+    for block in result["traces"].values():
+        for runtime in RUNTIMES:
+            best = block["best-effort"][runtime]
+            assert best["mean_accuracy"] == pytest.approx(1.0)
+            assert best["recovery_s"] == 0.0
+            assert block["never"][runtime]["retrain_s"] == 0.0
+            assert block["never"][runtime]["mean_accuracy"] < 1.0
+        assert block["never"]["sim"]["cost_usd"] == 0.0
+        assert block["best-effort"]["sim"]["cost_usd"] > block["never"]["sim"]["cost_usd"]
+        assert block["never"]["vm"]["cost_usd"] == block["best-effort"]["vm"]["cost_usd"] > 0
+        # Batching 5 minutes of data makes larger jobs than retraining whenever idle.
+        assert block["cost-aware"]["sim"]["retrain_s"] > block["best-effort"]["sim"]["retrain_s"]
+        assert (
+            block["best-effort"]["sim"]["incorporation_latency_s"]
+            < block["cost-aware"]["sim"]["incorporation_latency_s"]
+            < block["never"]["sim"]["incorporation_latency_s"]
+        )
+
+
+@pytest.mark.slow
+def test_the_comparisons_carry_bootstrap_intervals_and_the_report_its_plots(result: dict) -> None:
+    ratio = result["comparisons"]["wits"]["cost_ratio_vm_at_090"]
+    low, high = ratio["ci95"]
+    assert low <= ratio["mean"] <= high and ratio["seeds_reaching"] == 3
+    report = Path(result["report"])
+    assert "## Headline" in report.read_text()
+    for name in ("policies_fig7_retrain_time.png", "policies_fig8_cost_accuracy.png"):
+        assert (report.parent / name).read_bytes().startswith(b"\x89PNG")
+
+
+def test_the_cli_passes_minutes_and_report_only_to_benches_that_take_them() -> None:
+    runner = CliRunner()
+    answer = runner.invoke(app, ["bench", "drift", "--minutes", "3"])
+    assert answer.exit_code != 0 and "takes no minutes" in answer.output
+
+
+@pytest.mark.slow
+def test_the_cli_prints_one_json_object_last(tmp_path: Path) -> None:
+    runner = CliRunner()
+    answer = runner.invoke(
+        app,
+        ["bench", "policies", "--json", "--limit", "6000", "--seeds", "1", "--minutes", "6"],
+    )
+    assert answer.exit_code == 0, answer.output
+    parsed = json.loads(answer.output.strip().splitlines()[-1])
+    assert set(parsed["headline"]) >= HEADLINE
