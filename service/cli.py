@@ -192,7 +192,7 @@ def serve(settings: Settings) -> None:
     # items x 64 factors, measured here; BENCHMARKS.md).
     threadpool_limits(1, user_api="blas")
     uvicorn.run(
-        create_app(settings),
+        create_app(settings, freeze_startup=True),
         host=settings.host,
         port=settings.port,
         log_level=settings.log_level,

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from itertools import islice
 
 import numpy as np
 from sqlalchemy import Connection, func, select
@@ -46,6 +47,16 @@ class IngestOutcome:
         return len(self.stored)
 
 
+#: Rows converted to columns at a time (``LabelledEvents.from_result``).
+_COLUMN_CHUNK = 1_000
+
+
+def _batched(rows: Iterable[Sequence], size: int) -> Iterator[list[Sequence]]:
+    iterator = iter(rows)
+    while batch := list(islice(iterator, size)):
+        yield batch
+
+
 @dataclass(frozen=True, slots=True)
 class LabelledEvents:
     """Labelled events as parallel columns, ready for vectorised training or evaluation."""
@@ -65,6 +76,25 @@ class LabelledEvents:
             user_ids=[r[1] for r in rows],
             item_ids=[r[2] for r in rows],
             ratings=np.fromiter((r[3] for r in rows), dtype=np.float64, count=len(rows)),
+        )
+
+    @classmethod
+    def from_result(cls, result: Iterable[Sequence], chunk: int = _COLUMN_CHUNK) -> LabelledEvents:
+        """Columns of a query's rows, converted ``chunk`` rows at a time.
+
+        Materialising a window of 100,000 rows first keeps 100,000 tracked objects
+        alive long enough for the garbage collector to promote them to its oldest
+        generation, and the full collections that follow paused every request of a
+        serving process by about 100 ms; rows that die young cost nothing.
+        """
+        parts = [cls.from_rows(rows) for rows in _batched(result, chunk)]
+        if not parts:
+            return cls.from_rows([])
+        return cls(
+            ids=np.concatenate([p.ids for p in parts]),
+            user_ids=[u for p in parts for u in p.user_ids],
+            item_ids=[i for p in parts for i in p.item_ids],
+            ratings=np.concatenate([p.ratings for p in parts]),
         )
 
     def concat(self, other: LabelledEvents) -> LabelledEvents:
@@ -132,7 +162,7 @@ def labelled_events(
     )
     if up_to_id is not None:
         query = query.where(events.c.id <= up_to_id)
-    return LabelledEvents.from_rows(conn.execute(query.order_by(events.c.id)).all())
+    return LabelledEvents.from_result(conn.execute(query.order_by(events.c.id)))
 
 
 def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvents:
@@ -151,7 +181,7 @@ def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvent
     )
     if stride > 1:
         query = query.where(events.c.id % stride == 0)
-    return LabelledEvents.from_rows(conn.execute(query).all())
+    return LabelledEvents.from_result(conn.execute(query))
 
 
 #: Ids read per round trip while drawing a uniform sample, and ids per ``IN`` list when

@@ -6,6 +6,7 @@ Every test runs on SQLite and, when ``DRIFTLINE_TEST_DATABASE_URL`` is set, on P
 
 from __future__ import annotations
 
+import gc
 import json
 import time
 from pathlib import Path
@@ -235,3 +236,17 @@ def _models_once_serving(client: TestClient, version: str, timeout: float = 15.0
         time.sleep(0.05)
         models = client.get("/models").json()
     return models
+
+
+def test_the_served_app_takes_its_start_up_objects_out_of_garbage_collection(
+    settings: Settings,
+) -> None:
+    gc.unfreeze()
+    try:
+        with TestClient(create_app(settings)):
+            assert gc.get_freeze_count() == 0  # tests build many apps: only serve freezes
+        with TestClient(create_app(settings, freeze_startup=True)) as client:
+            assert gc.get_freeze_count() > 0
+            assert client.get("/healthz").status_code == 200
+    finally:
+        gc.unfreeze()

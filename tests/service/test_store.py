@@ -24,6 +24,7 @@ from service.store.alerts import (
     list_heartbeats,
 )
 from service.store.events import (
+    LabelledEvents,
     NewEvent,
     count_events,
     labelled_events,
@@ -608,3 +609,14 @@ def test_an_unknown_version_is_none(db: Database) -> None:
     with db.connect() as conn:
         assert get_version(conn, "v9999") is None
         assert list_versions(conn) == []
+
+
+@pytest.mark.parametrize("rows", [0, 1, 3, 7])
+def test_columns_built_a_chunk_of_rows_at_a_time_equal_those_built_at_once(rows: int) -> None:
+    result = [(i, f"u{i % 2}", f"i{i}", 0.5 + i) for i in range(rows)]
+    chunked = LabelledEvents.from_result(iter(result), chunk=3)
+    whole = LabelledEvents.from_rows(result)
+    assert chunked.user_ids == whole.user_ids and chunked.item_ids == whole.item_ids
+    np.testing.assert_array_equal(chunked.ids, whole.ids)
+    np.testing.assert_array_equal(chunked.ratings, whole.ratings)
+    assert chunked.ids.dtype == np.int64 and chunked.ratings.dtype == np.float64
