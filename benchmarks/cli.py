@@ -106,6 +106,12 @@ def bench(
         Path | None,
         typer.Option(help="policies: write the plots and a markdown report into this folder."),
     ] = None,
+    compute_scale: Annotated[
+        float | None,
+        typer.Option(
+            help="policies: compute per sample as a multiple of the calibrated worker's (32)."
+        ),
+    ] = None,
     epochs: Annotated[
         int | None, typer.Option(help="configurator: epochs per job (default 50).")
     ] = None,
@@ -131,6 +137,7 @@ def bench(
         "plot": plot,
         "minutes": minutes,
         "report": report,
+        "compute_scale": compute_scale,
     }
     given = {key: value for key, value in options.items() if value is not None}
     accepted = inspect.signature(run).parameters

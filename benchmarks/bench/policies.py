@@ -179,13 +179,16 @@ def run_policies(
     minutes: float | None = None,
     report: Path | None = None,
     traces: tuple[str, ...] = ("wiki", "berkeley", "twitter", "wits"),
+    compute_scale: float | None = None,
 ) -> dict[str, Any]:
     """Run the evaluation; see the module docstring. ``batch_size`` is unused (every
-    event is replayed in virtual time)."""
+    event is replayed in virtual time). ``compute_scale`` is the work of one sample as
+    a multiple of the calibrated 8-factor worker's (default 32): it sets how large the
+    VMs must be, and so how much of a VM idles."""
     seeds = 3 if seeds is None else seeds
     horizon = int(round(60 * (120 if minutes is None else minutes)))
     stream = movielens(limit) if dataset is None else _load(dataset, limit)
-    jobs = JobModel()
+    jobs = JobModel() if compute_scale is None else JobModel(compute_scale=compute_scale)
     rungs = max(20, min(240, len(stream) // 400))
     results: Results = {}
     boots: dict[str, list[dict[int, dict[str, float]]]] = defaultdict(list)

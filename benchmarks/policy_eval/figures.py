@@ -13,6 +13,8 @@ from benchmarks.policy_eval.run import Run, Scenario
 #: over two hours).
 WINDOWS = 120
 RECOVERED = 0.95
+#: Consecutive windows at A ≥ ``RECOVERED`` that count as recovered.
+SUSTAINED = 5
 
 
 def serving_errors(scenario: Scenario, run: Run) -> np.ndarray:
@@ -53,16 +55,23 @@ def incorporation_latency(scenario: Scenario, run: Run) -> float:
     return float(np.mean(np.maximum(at - times, 0.0)))
 
 
-def recovery(scenario: Scenario, accuracy: np.ndarray) -> float:
-    """Mean over drifts of the seconds from onset to the end of the last window before
-    the next onset in which A < 0.95 (0 where A never fell below it)."""
+def recovery(scenario: Scenario, accuracy: np.ndarray, sustained: int = SUSTAINED) -> float:
+    """Mean over drifts of the seconds from onset to the start of the first ``sustained``
+    consecutive windows at A ≥ 0.95 (a single window is too noisy to call a recovery);
+    a drift never recovered from counts until the next onset or the horizon."""
     edges = np.linspace(scenario.start_s, scenario.horizon_s, WINDOWS + 1)
     bounds = [*scenario.onsets_s, float(scenario.horizon_s)]
     spans = []
     for onset, until in zip(bounds[:-1], bounds[1:], strict=True):
-        inside = (edges[1:] > onset) & (edges[:-1] < until)
-        below = np.flatnonzero(inside & (accuracy < RECOVERED))
-        spans.append(0.0 if below.size == 0 else float(min(edges[below[-1] + 1], until) - onset))
+        first = int(np.searchsorted(edges, onset, side="right")) - 1
+        last = int(np.searchsorted(edges, until, side="left"))
+        good = accuracy[max(first, 0) : last] >= RECOVERED
+        runs = np.convolve(good.astype(int), np.ones(sustained, dtype=int), mode="valid")
+        hits = np.flatnonzero(runs == sustained)
+        if hits.size == 0:
+            spans.append(until - onset)
+        else:
+            spans.append(max(0.0, float(edges[max(first, 0) + hits[0]]) - onset))
     return float(np.mean(spans))
 
 
