@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 def _freeze_startup_objects() -> None:
     """Take what start-up built out of the garbage collector's reach.
 
-    Imports (torch and gpytorch among them), settings, the pipeline and the serving
+    Imports (river, SQLAlchemy, FastAPI), settings, the pipeline and the serving
     version, about 200,000 tracked objects, live as long as the process, yet every full
     collection walked them all again: at 2,000 ingested events/s those collections
     paused every request for 90–220 ms, several times a minute (timed with
