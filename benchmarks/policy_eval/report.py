@@ -27,7 +27,12 @@ def _plots(result: dict[str, Any], folder: Path) -> list[Path]:
     fig8, axes8 = plt.subplots(1, len(traces), figsize=(4 * len(traces), 3.6), squeeze=False)
     for ax, trace in zip(axes8[0], traces, strict=True):
         for policy, runtimes in result["curves"][trace].items():
-            points = sorted(runtimes["sim"], key=lambda p: p["cost_usd"])
+            # never bills nothing on functions: no point on a log axis (its A is in the table)
+            points = sorted(
+                (p for p in runtimes["sim"] if p["cost_usd"] > 0), key=lambda p: p["cost_usd"]
+            )
+            if not points:
+                continue
             ax.plot(
                 [p["cost_usd"] for p in points],
                 [p["mean_accuracy"] for p in points],
@@ -39,7 +44,7 @@ def _plots(result: dict[str, Any], folder: Path) -> list[Path]:
             ax.axvline(cost, linestyle=style, color="black", label=RUNTIME_LABELS[runtime])
         for target in (0.90, 0.95):
             ax.axhline(target, color="grey", linewidth=0.5)
-        ax.set_xscale("symlog", linthresh=1e-3)
+        ax.set_xscale("log")
         ax.set_title(f"{trace}: cost vs accuracy")
         ax.set_xlabel("US$ over the trace (functions; VM lines)")
         ax.set_ylabel("mean A = RMSE(best-effort)/RMSE")
