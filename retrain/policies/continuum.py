@@ -94,6 +94,11 @@ class ContinuumPolicy(TriggerPolicy):
     def observe_job(self, n_events: float, seconds: float) -> None:
         self._jobs.append((n_events, seconds))
 
+    @property
+    def jobs(self) -> tuple[tuple[float, float], ...]:
+        """The recent jobs ``τ(n)`` is fitted on, as ``(n_events, seconds)``."""
+        return tuple(self._jobs)
+
     def regret(self) -> float:
         """``all − min``: event-seconds the pending data has waited so far."""
         return max(0.0, self._pending * self._now - self._pending_time_sum)

@@ -1,0 +1,89 @@
+"""The pipeline feeds its trigger policy the clock and finished jobs, and reports it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from retrain.policies import ContinuumPolicy
+from service.app import build_pipeline
+from service.settings import Settings
+from service.store.events import NewEvent
+from service.store.jobs import list_jobs
+from service.stream.pipeline import Pipeline
+from tests.support.synthetic import stationary_stream
+
+
+@pytest.fixture
+def events() -> list[NewEvent]:
+    stream = stationary_stream(n_users=40, n_items=30, n_events=400, seed=5)
+    return [
+        NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
+        for e in stream
+    ]
+
+
+@pytest.fixture
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+    built: list[Pipeline] = []
+
+    def make(**overrides: Any) -> Pipeline:
+        settings = Settings(
+            data_dir=tmp_path / "data",
+            database_url=database_url,
+            bootstrap_events=200,
+            heartbeat_events=50,
+            factors=8,
+            max_epochs=2,
+            refresh_events=None,
+            retrain_runtime="thread",
+            registry_poll_seconds=None,
+            **overrides,
+        )
+        pipeline = build_pipeline(settings, background_retrain=False)
+        built.append(pipeline)
+        return pipeline
+
+    yield make
+    for pipeline in built:
+        pipeline.retrainer.close()
+        pipeline.db.dispose()
+
+
+def test_continuum_hears_of_the_finished_job_and_reports_its_regret(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    pipeline = make_pipeline(retrain_policy="continuum", continuum_weight=10**9)
+    assert pipeline.policy_status()["waiting_for"] == "first model after 200 more labelled events"
+    pipeline.ingest(events[:200])
+    policy = pipeline.policy
+    assert isinstance(policy, ContinuumPolicy)
+    [(n_events, seconds)] = policy.jobs
+    assert n_events == 200 and seconds > 0
+    pipeline.ingest(events[200:300])
+    status = pipeline.policy_status()
+    assert status["name"] == "continuum"
+    assert status["waiting_for"].startswith("regret ") and status["waiting_for"].endswith(
+        " of threshold"
+    )
+
+
+def test_cost_aware_starts_a_batch_job_once_its_interval_passed(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    pipeline = make_pipeline(retrain_policy="cost-aware", retrain_interval_s=0.5)
+    pipeline.ingest(events[:200])  # the bootstrap job
+    pipeline.ingest(events[200:250])  # the interval starts
+    assert pipeline.policy_status()["waiting_for"].startswith("next batch in ")
+    time.sleep(0.6)
+    pipeline.ingest(events[250:300])
+    with pipeline.db.connect() as conn:
+        jobs = list_jobs(conn)
+    assert sorted((j["policy"], j["trigger"]) for j in jobs) == [
+        ("cost-aware", "batch"),
+        ("cost-aware", "bootstrap"),
+    ]
