@@ -30,6 +30,18 @@ def serving_errors(scenario: Scenario, run: Run) -> np.ndarray:
     return errors
 
 
+def hit_rate(scenario: Scenario, run: Run) -> float:
+    """Hit-rate@10 on the ladder's sampled liked events under the model serving then."""
+    ladder = scenario.ladder
+    if ladder.hit_events.size == 0:
+        return float("nan")
+    rungs = np.array([ladder.rung(end) for end in run.swap_data_ends])
+    at = np.searchsorted(run.swap_times, scenario.times[ladder.hit_events], side="right") - 1
+    live = at >= 0
+    hits = ladder.hits[rungs[at[live]], np.flatnonzero(live)]
+    return float(hits.mean()) if hits.size else float("nan")
+
+
 def window_rmse(scenario: Scenario, errors: np.ndarray) -> np.ndarray:
     """RMSE per heartbeat window (NaN where a window has no evaluated event)."""
     edges = np.linspace(scenario.start_s, scenario.horizon_s, WINDOWS + 1)
@@ -86,6 +98,7 @@ class RunFigures:
     share_090: float
     share_095: float
     rmse: float
+    hit_rate_at_10: float
     retrain_s: float
     jobs: int
     incorporation_latency_s: float
@@ -108,6 +121,7 @@ def run_figures(scenario: Scenario, run: Run, best_effort: Run) -> RunFigures:
         share_090=float(np.mean(valid >= 0.90)),
         share_095=float(np.mean(valid >= 0.95)),
         rmse=float(np.sqrt(np.nanmean(errors))),
+        hit_rate_at_10=hit_rate(scenario, run),
         retrain_s=float(np.mean(durations)) if durations else 0.0,
         jobs=len(run.jobs),
         incorporation_latency_s=incorporation_latency(scenario, run),

@@ -14,7 +14,7 @@ rung on every event is computed once per seed, so a run is a lookup.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -26,6 +26,8 @@ from functions.mf import BiasedMF
 #: Drift onsets as fractions of the horizon (40 and 80 of 120 minutes).
 DRIFT_FRACTIONS = (1 / 3, 2 / 3)
 RATING_CLIP = (0.5, 5.0)
+#: The service's default ``ITEM_BIAS_SUPPORT``, applied before ranking.
+ITEM_BIAS_SUPPORT = 20.0
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,10 @@ class Ladder:
     errors: np.ndarray
     bootstrap: int
     step: int
+    #: ``hits[k, j]``: whether rung k ranks the item of sampled liked event
+    #: ``hit_events[j]`` in its user's top 10 (only for rungs that can serve it).
+    hits: np.ndarray = field(default_factory=lambda: np.zeros((0, 0), dtype=bool))
+    hit_events: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=int))
 
     def rung(self, data_end: int) -> int:
         """The rung a job over the events before ``data_end`` swaps in."""
@@ -74,8 +80,10 @@ def build_ladder(
     factors: int = 16,
     epochs: int = 3,
     seed: int = 0,
+    hit_samples: int = 2_000,
 ) -> Ladder:
-    """Train the ladder over ``stream`` and every rung's error on every event."""
+    """Train the ladder over ``stream``, every rung's error on every event and its
+    top-10 hits on ``hit_samples`` liked events."""
     n = len(stream)
     step = max(1, (n - bootstrap) // rungs)
     rng = np.random.default_rng(seed)
@@ -96,7 +104,56 @@ def build_ladder(
         known_u = np.where(u < rung.n_users, u, -1)
         known_i = np.where(i < rung.n_items, i, -1)
         errors[k] = (rung.predict_encoded(known_u, known_i, RATING_CLIP) - ratings) ** 2
-    return Ladder(errors, bootstrap, step)
+    hit_events = _liked_sample(ratings, bootstrap, hit_samples, seed)
+    hits = np.zeros((len(models), hit_events.size), dtype=bool)
+    for k, rung in enumerate(models):
+        seen = bootstrap + k * step
+        servable = hit_events >= seen  # a later rung never serves earlier events
+        support = np.bincount(i[:seen], minlength=rung.n_items)[: rung.n_items]
+        chosen = hit_events[servable]
+        hits[k, servable] = top_k_hits(rung, u[chosen], i[chosen], support)
+    return Ladder(errors, bootstrap, step, hits, hit_events)
+
+
+def _liked_sample(ratings: np.ndarray, bootstrap: int, size: int, seed: int) -> np.ndarray:
+    """Up to ``size`` events after the bootstrap rated 4 stars or more, in order."""
+    liked = np.flatnonzero((ratings >= 4.0) & (np.arange(ratings.size) >= bootstrap))
+    rng = np.random.default_rng([seed, 10])  # apart from the ladder's own draws
+    return np.sort(rng.choice(liked, size=min(size, liked.size), replace=False))
+
+
+def top_k_hits(
+    model: BiasedMF,
+    users: np.ndarray,
+    items: np.ndarray,
+    support: np.ndarray,
+    k: int = 10,
+    item_support: float = ITEM_BIAS_SUPPORT,
+) -> np.ndarray:
+    """Whether each (user row, item row) pair's item is in the user's top ``k`` by
+    predicted rating over the model's items, each item's bias and factors damped by
+    n / (n + ``item_support``) with n its ratings so far (``support``), as a served
+    version is (``ITEM_BIAS_SUPPORT``): undamped, items rated once at 5 stars fill every
+    list. A user the model has not seen gets the items by damped bias alone (the
+    service's popular items for an unknown user); an item it has not seen is a miss.
+    Rated items are not excluded.
+    """
+    known = (items >= 0) & (items < model.n_items)
+    out = np.zeros(users.size, dtype=bool)
+    if not known.any():
+        return out
+    damp = support / (support + item_support)
+    factors = model.item_factors * damp[:, None]
+    rows = users[known]
+    vectors = np.where(
+        ((rows >= 0) & (rows < model.n_users))[:, None],
+        model.user_factors[np.clip(rows, 0, model.n_users - 1)],
+        0.0,
+    )
+    scores = vectors @ factors.T + model.item_bias * damp
+    target = scores[np.arange(scores.shape[0]), items[known]]
+    out[known] = (scores > target[:, None]).sum(axis=1) < k
+    return out
 
 
 def movielens(limit: int | None = None) -> RatingStream:

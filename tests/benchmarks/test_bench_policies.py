@@ -49,6 +49,7 @@ def test_every_trace_policy_and_runtime_reports_the_published_figures(result: di
             for figures in runtimes.values():
                 assert set(figures) >= PUBLISHED
                 assert all(math.isfinite(figures[k]) and figures[k] >= 0 for k in PUBLISHED)
+                assert 0.0 <= figures["hit_rate_at_10"] <= 1.0
     assert set(result["headline"]) == HEADLINE
 
 

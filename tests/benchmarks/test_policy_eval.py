@@ -33,3 +33,20 @@ def test_recovery_needs_five_windows_in_a_row_back_at_095() -> None:
     assert recovery(scene, accuracy) == pytest.approx(edges[dip.nonzero()[0][-1] + 1] - 400, abs=1)
     assert recovery(scene, np.ones(WINDOWS)) == 0.0
     assert recovery(scene, np.full(WINDOWS, 0.5)) == 600.0
+
+
+def test_top_k_hits_rank_by_score_serve_unknown_users_by_item_bias_and_miss_unknown_items() -> None:
+    from benchmarks.policy_eval.stream import top_k_hits
+    from functions.mf import BiasedMF
+
+    model = BiasedMF(factors=2, seed=0)
+    users = [f"u{n % 5}" for n in range(200)]
+    items = [f"i{n % 20}" for n in range(200)]
+    ratings = np.array([5.0 if n % 20 == 0 else 1.0 for n in range(200)])
+    model.fit(users, items, ratings, epochs=20)
+    support = np.full(model.n_items, 10)
+    liked, disliked = model.item_index["i0"], model.item_index["i1"]
+    rows = np.array([0, -1, 0])
+    hits = top_k_hits(model, rows, np.array([liked, liked, disliked]), support, k=1)
+    assert hits.tolist() == [True, True, False]
+    assert not top_k_hits(model, np.array([0]), np.array([model.n_items]), support, k=1)[0]
