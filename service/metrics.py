@@ -58,6 +58,11 @@ class Metrics:
         self.model_swaps = Counter(
             "driftline_model_swaps", "Model versions hot-swapped in.", registry=r
         )
+        self.model_rollbacks = Counter(
+            "driftline_model_rollbacks",
+            "Rollbacks to an earlier model version (POST /models/{version}/rollback).",
+            registry=r,
+        )
         self.model_load_failures = Counter(
             "driftline_model_load_failures", "Model artifacts refused.", registry=r
         )

@@ -39,6 +39,7 @@ RIGHTS: dict[tuple[str, str], str | None] = {
     ("POST", "/dashboard/sign-in"): None,  # how a browser gets a session
     ("POST", "/dashboard/sign-out"): "read",
     ("GET", "/keys"): "admin",  # who holds which key is for administrators
+    ("POST", "/models/{version}/rollback"): "admin",  # changes what every client is served
 }
 
 REALM = 'Bearer realm="driftline"'

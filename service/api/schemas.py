@@ -162,11 +162,31 @@ class VersionPublic(BaseModel):
     deleted_at: float | None = Field(
         None, description="When retention deleted the artifact (RETENTION_VERSIONS); None: kept."
     )
+    serving: list[ServingIntervalPublic] = Field(
+        default_factory=list, description="When the version served, oldest first."
+    )
+
+
+class ServingIntervalPublic(BaseModel):
+    started_at: float
+    ended_at: float | None = Field(description="None: the version still serves.")
+    trigger: str = Field(description="What made it serve: publish or rollback.")
+
+
+class RollbackPublic(BaseModel):
+    id: int
+    rolled_back_at: float
+    actor: str = Field(description="The key's name (or client address) that rolled back.")
+    from_version: str | None
+    to_version: str
 
 
 class ModelsPublic(BaseModel):
     current: str | None
     versions: list[VersionPublic]
+    rollbacks: list[RollbackPublic] = Field(
+        default_factory=list, description="Every rollback, oldest first."
+    )
 
 
 class EpochPublic(BaseModel):

@@ -22,7 +22,9 @@ from sqlalchemy.exc import IntegrityError
 from functions.artifacts import ArtifactError, model_from_bytes, model_to_bytes, sha256_hex
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectNotFound, ObjectStore, model_key
+from service.serving.timeline import ServingChange, ServingInterval, intervals, target
 from service.store import Database
+from service.store.rollbacks import add_rollback, list_rollbacks
 from service.store.versions import (
     add_version,
     get_version,
@@ -32,6 +34,14 @@ from service.store.versions import (
 )
 
 log = logging.getLogger(__name__)
+
+
+class RollbackRefused(Exception):
+    """A rollback that cannot be done; ``status`` is the HTTP answer that says why."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status = status
 
 
 @dataclass(frozen=True)
@@ -170,6 +180,56 @@ class ModelRegistry:
         if deleted:
             log.info("retention deleted %d model version(s): %s", len(deleted), deleted)
         return deleted
+
+    def target(self) -> ServingChange | None:
+        """The version that should serve now: the newest published, unless a rollback
+        came after it (``service.serving.timeline``)."""
+        with self.db.connect() as conn:
+            return target(list_versions(conn), list_rollbacks(conn))
+
+    def target_loadable(self) -> LoadedVersion | None:
+        """The target's verified model, else (corrupt or gone) the newest loadable one."""
+        change = self.target()
+        if change is not None:
+            try:
+                return self.load(change.version)
+            except (ArtifactError, KeyError) as exc:
+                log.error("refusing model %s: %s", change.version, exc)
+        return self.newest_loadable()
+
+    def serving_intervals(self) -> list[ServingInterval]:
+        """When each version served, oldest first."""
+        with self.db.connect() as conn:
+            return intervals(list_versions(conn), list_rollbacks(conn))
+
+    def rollbacks(self) -> list[dict[str, Any]]:
+        """Every recorded rollback, oldest first."""
+        with self.db.connect() as conn:
+            return list_rollbacks(conn)
+
+    def rollback_target(self, version: str, serving: str | None) -> LoadedVersion:
+        """The verified model of ``version`` to roll back to; ``RollbackRefused`` says
+        why not (404: no such version, 409: it serves already or cannot be served)."""
+        if version == serving:
+            raise RollbackRefused(409, f"model {version} is already serving; nothing to roll back")
+        try:
+            return self.load(version)
+        except KeyError:
+            raise RollbackRefused(404, f"no model version {version!r}") from None
+        except ArtifactError as exc:
+            raise RollbackRefused(409, f"model {version} cannot serve again: {exc}") from exc
+
+    def record_rollback(
+        self, version: str, *, actor: str, from_version: str | None
+    ) -> dict[str, Any]:
+        """Store who rolled back from which version to ``version``; from now on the
+        timeline's target is ``version`` until the next publish or rollback."""
+        with self.db.begin() as conn:
+            row = add_rollback(
+                conn, actor=actor[:128], from_version=from_version, to_version=version
+            )
+        log.info("%s rolled back from %s to %s", actor, from_version, version)
+        return row
 
     def _first_loadable(self, rows: list[dict[str, Any]]) -> LoadedVersion | None:
         for row in rows:

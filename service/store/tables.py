@@ -173,3 +173,15 @@ api_keys = Table(
     Column("last_used_at", Float, nullable=True),
     Column("revoked_at", Float, nullable=True),
 )
+
+# A rollback makes an earlier version serve again until the next one is published or
+# rolled back to; the rows are the record of who did it (``service.serving.timeline``).
+model_rollbacks = Table(
+    "model_rollbacks",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("rolled_back_at", Float, nullable=False, index=True),
+    Column("actor", String(128), nullable=False),
+    Column("from_version", String(64), nullable=True),
+    Column("to_version", String(64), ForeignKey("model_versions.version"), nullable=False),
+)

@@ -15,6 +15,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from sqlalchemy import Connection
@@ -169,6 +170,9 @@ class Pipeline:
         self._synced_event_id = 0
         self._stored_since_sync = 0
         self._lock = threading.Lock()
+        #: Held while choosing and swapping in the registry's target, so a rollback and
+        #: the follower never swap against each other.
+        self._registry_lock = threading.Lock()
 
     # -- start-up ---------------------------------------------------------------
     def restore(self) -> None:
@@ -186,7 +190,7 @@ class Pipeline:
         self.history.add(users, items)
         with self.db.connect() as conn:
             self.popular.add(*recent_pairs(conn, self.settings.popular_window))
-        newest = self.registry.newest_loadable()
+        newest = self.registry.target_loadable()
         if newest is not None:
             self.swap(newest)
             self._restore_monitor()
@@ -486,8 +490,11 @@ class Pipeline:
         return job_id
 
     # -- model versions -----------------------------------------------------------
-    def swap(self, loaded: LoadedVersion) -> None:
+    def swap(self, loaded: LoadedVersion, trigger: str | None = None) -> None:
         """Serve ``loaded`` from now on, with fold-in of everything it has not seen.
+
+        ``trigger`` says why when it is not the version's job (``rollback``): the drift
+        monitor starts afresh after a swap in ``NEW_REGIME_TRIGGERS``.
 
         The fold-in starts ``fold_in_replay_events`` before the version's last event:
         the version knows each user's long-run taste, the fold-in their latest ratings,
@@ -499,7 +506,7 @@ class Pipeline:
         lock too: requests go on being served by the old version meanwhile.
         """
         began = time.perf_counter()
-        continues_regime = self._continues_regime(loaded)
+        continues_regime = self._continues_regime(loaded, trigger)
         serving = self._serving_for(loaded)
         caught_up_to = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
         for _round in range(_SWAP_CATCH_UP_ROUNDS):
@@ -545,10 +552,12 @@ class Pipeline:
             "waiting_for": self.policy.waiting_for(self.labelled_seen, since),
         }
 
-    def _continues_regime(self, loaded: LoadedVersion) -> bool:
+    def _continues_regime(self, loaded: LoadedVersion, trigger: str | None = None) -> bool:
         """Whether ``loaded`` was trained on a schedule over the stream the serving
         version saw (the monitor keeps its reference), rather than after a drift
-        alert, as the first model, or by hand (the monitor starts afresh)."""
+        alert, as the first model, by hand or rolled back to (the monitor starts afresh)."""
+        if trigger is not None:
+            return trigger not in NEW_REGIME_TRIGGERS
         job_id = loaded.row.get("job_id")
         if job_id is None or self.current is None:
             return False
@@ -586,7 +595,7 @@ class Pipeline:
         serving.learn(events.user_ids, events.item_ids, events.ratings)
         return (int(events.ids[-1]) if len(events) else after_id), len(events)
 
-    def swap_to(self, version: str) -> bool:
+    def swap_to(self, version: str, trigger: str | None = None) -> bool:
         """Load ``version`` from the registry and serve it; a bad artifact keeps the old one."""
         try:
             loaded = self.registry.load(version)
@@ -594,25 +603,44 @@ class Pipeline:
             self.metrics.model_load_failures.inc()
             log.error("refusing model %s: %s; still serving %s", version, exc, self.serving.version)
             return False
-        self.swap(loaded)
+        self.swap(loaded, trigger)
         return True
 
     def follow_registry(self) -> bool:
-        """Serve the registry's newest version if another process published it.
+        """Serve the registry's target if another process published or rolled back to it.
 
         Consumer replicas and servers that share a database also share versions: a
-        version published anywhere is picked up here. Returns whether it swapped.
+        version published anywhere, or a rollback made anywhere, is picked up here
+        (``service.serving.timeline``). Returns whether it swapped.
         """
         self.retrainer.published.clear()
-        versions = self.registry.versions(include_deleted=False)
-        if not versions or versions[0]["version"] == self.serving.version:
-            return False
-        if self.current is not None and versions[0]["created_at"] <= self.current.row["created_at"]:
-            return False
-        swapped = self.swap_to(versions[0]["version"])
+        with self._registry_lock:
+            change = self.registry.target()
+            if change is None or change.version == self.serving.version:
+                return False
+            current = self.current
+            if change.trigger == "publish" and current and change.at <= current.row["created_at"]:
+                return False
+            trigger = "rollback" if change.trigger == "rollback" else None
+            swapped = self.swap_to(change.version, trigger)
         if swapped:
             self._apply_retention()
         return swapped
+
+    def rollback(self, version: str, actor: str) -> dict[str, Any]:
+        """Serve the earlier ``version`` again, recorded as ``actor``'s rollback.
+
+        Verified before it is recorded, swapped in before this returns; the drift
+        monitor treats it as a new regime. Rolling back to the version served before
+        undoes it. ``RollbackRefused`` (404, 409) when it cannot be done.
+        """
+        with self._registry_lock:
+            serving = self.serving.version
+            loaded = self.registry.rollback_target(version, serving)
+            record = self.registry.record_rollback(version, actor=actor, from_version=serving)
+            self.swap(loaded, trigger="rollback")
+        self.metrics.model_rollbacks.inc()
+        return record
 
     def _apply_retention(self) -> None:
         """Delete old versions' artifacts, keeping the serving one, the never-retrained

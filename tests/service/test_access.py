@@ -32,6 +32,7 @@ ROUTES: list[tuple[str, str, dict[str, Any], str | None]] = [
     ("GET", "/drift/heartbeats", {}, "read"),
     ("GET", "/dashboard", {}, "read"),
     ("POST", "/retrain", {}, "admin"),
+    ("POST", "/models/v0001/rollback", {}, "admin"),
     ("GET", "/keys", {}, "admin"),
     ("POST", "/keys", {"json": {"name": "made", "scopes": ["read"]}}, "admin"),
     ("DELETE", "/keys/nobody", {}, "admin"),

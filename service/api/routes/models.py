@@ -1,18 +1,59 @@
-"""GET /models: the registry."""
+"""GET /models: the registry; POST /models/{version}/rollback: serve an earlier version."""
 
 from __future__ import annotations
 
-from fastapi import APIRouter
+from typing import Annotated
 
+from fastapi import APIRouter, HTTPException, Path
+from fastapi.concurrency import run_in_threadpool
+
+from service.api.access import PrincipalDep
 from service.api.deps import PipelineDep
-from service.api.schemas import ModelsPublic, VersionPublic, answers
+from service.api.schemas import (
+    ModelsPublic,
+    RollbackPublic,
+    ServingIntervalPublic,
+    VersionPublic,
+    answers,
+)
+from service.serving.registry import RollbackRefused
 
 router = APIRouter(tags=["models"])
+
+VersionPath = Annotated[str, Path(min_length=1, max_length=64)]
 
 
 @router.get("/models", response_model=ModelsPublic, responses=answers(503))
 def models(pipeline: PipelineDep) -> ModelsPublic:
-    rows = pipeline.registry.versions()
+    registry = pipeline.registry
+    rows = registry.versions()
+    served: dict[str, list[ServingIntervalPublic]] = {}
+    for interval in registry.serving_intervals():
+        served.setdefault(interval.version, []).append(
+            ServingIntervalPublic(
+                started_at=interval.started_at,
+                ended_at=interval.ended_at,
+                trigger=interval.trigger,
+            )
+        )
     return ModelsPublic(
-        current=pipeline.serving.version, versions=[VersionPublic(**row) for row in rows]
+        current=pipeline.serving.version,
+        versions=[VersionPublic(**row, serving=served.get(row["version"], [])) for row in rows],
+        rollbacks=[RollbackPublic(**row) for row in registry.rollbacks()],
     )
+
+
+@router.post(
+    "/models/{version}/rollback",
+    response_model=RollbackPublic,
+    responses=answers(401, 403, 404, 409, 503),
+)
+async def rollback(
+    pipeline: PipelineDep, principal: PrincipalDep, version: VersionPath
+) -> RollbackPublic:
+    """Serve the earlier ``version`` again (admin); answered once it serves."""
+    try:
+        record = await run_in_threadpool(pipeline.rollback, version, principal.name)
+    except RollbackRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from exc
+    return RollbackPublic(**record)
