@@ -100,10 +100,10 @@ def test_a_job_is_recorded_succeeded_before_serving_swaps_to_it_off_the_job_thre
     seen: list[tuple[str, str, str | None]] = []
     swap = pipeline.swap
 
-    def watched_swap(loaded: Any) -> None:
+    def watched_swap(loaded: Any, trigger: str | None = None) -> None:
         job = _job(pipeline, int(loaded.row["job_id"]))
         seen.append((threading.current_thread().name, job["status"], job["model_version"]))
-        swap(loaded)
+        swap(loaded, trigger)
 
     pipeline.swap = watched_swap  # type: ignore[method-assign]
     pipeline.start_following(None)  # woken by the retrainer only, never by polling
