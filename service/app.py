@@ -87,6 +87,7 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         pipeline = build_pipeline(settings, metrics=app.state.metrics)
+        pipeline.notifier.start()
         app.state.settings = settings
         app.state.pipeline = pipeline
         app.state.consumer = start_consumer(pipeline) if settings.kafka_bootstrap else None
@@ -104,6 +105,7 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
         pipeline.retrainer.wait(timeout=30)
         pipeline.retrainer.close()
         pipeline.flush()
+        pipeline.notifier.stop()
         pipeline.db.dispose()
 
     def start_consumer(pipeline: Pipeline) -> EventConsumer:

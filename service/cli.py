@@ -217,6 +217,7 @@ def consume(settings: Settings) -> None:
 
         # Consumer lag and ingestion counters for Prometheus; read-only, no key needed.
         start_http_server(settings.metrics_port, settings.host, registry=pipeline.metrics.registry)
+    pipeline.notifier.start()
     pipeline.start_following(settings.registry_poll_seconds)
     consumer = consumer_for(pipeline)
     signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
@@ -228,6 +229,7 @@ def consume(settings: Settings) -> None:
         pipeline.stop_following()
         pipeline.retrainer.wait(timeout=30)
         pipeline.flush()
+        pipeline.notifier.stop()
 
 
 app.command("serve")(with_settings_flags(serve))

@@ -63,6 +63,30 @@ class Metrics:
             "Rollbacks to an earlier model version (POST /models/{version}/rollback).",
             registry=r,
         )
+        self.alert_webhook_sent = Counter(
+            "driftline_alert_webhook_sent",
+            "Notices the alert webhook accepted, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.alert_webhook_failed = Counter(
+            "driftline_alert_webhook_failed",
+            "Notices given up on after every retry, by kind.",
+            ["kind"],
+            registry=r,
+        )
+        self.alert_webhook_suppressed = Counter(
+            "driftline_alert_webhook_suppressed",
+            "Notices not sent: one like it went out within ALERT_WEBHOOK_COOLDOWN_S.",
+            ["kind"],
+            registry=r,
+        )
+        self.alert_webhook_dropped = Counter(
+            "driftline_alert_webhook_dropped",
+            "Notices dropped, oldest first, from a full delivery queue.",
+            ["kind"],
+            registry=r,
+        )
         self.model_load_failures = Counter(
             "driftline_model_load_failures", "Model artifacts refused.", registry=r
         )

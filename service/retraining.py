@@ -11,8 +11,10 @@ import time
 from typing import Any
 
 from retrain import EpochRecord, RatingsWindow
+from retrain.convergence import StopReason
 from retrain.lifecycle import Retrainer
 from retrain.spec import JobSpec
+from service.alerting import Notifier, NoWebhook, budget_notice, job_failed_notice
 from service.metrics import Metrics
 from service.serving.registry import ModelRegistry
 from service.settings import Settings
@@ -53,11 +55,20 @@ def _window(events: LabelledEvents) -> RatingsWindow:
 
 
 class StoreJobRecorder:
-    """``retrain.lifecycle.JobRecorder`` over the event store's job tables."""
+    """``retrain.lifecycle.JobRecorder`` over the event store's job tables; a failed
+    job and one its budget stopped are also told to ``notifier`` (``ALERT_WEBHOOK_URL``)."""
 
-    def __init__(self, db: Database, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        db: Database,
+        metrics: Metrics,
+        notifier: Notifier | None = None,
+        budget_usd: float | None = None,
+    ) -> None:
         self.db = db
         self.metrics = metrics
+        self.notifier: Notifier = notifier or NoWebhook()
+        self.budget_usd = budget_usd
 
     def newest_event_id(self) -> int:
         with self.db.connect() as conn:
@@ -127,10 +138,13 @@ class StoreJobRecorder:
         )
         self.metrics.retrain_jobs.labels(status="succeeded").inc()
         self.metrics.retrain_stops.labels(reason=stop_reason).inc()
+        if stop_reason == StopReason.BUDGET:
+            self.notifier.notify(budget_notice(job_id, cost_usd, self.budget_usd))
 
     def failed(self, job_id: int, error: str) -> None:
         self._update(job_id, status="failed", error=error, finished_at=time.time())
         self.metrics.retrain_jobs.labels(status="failed").inc()
+        self.notifier.notify(job_failed_notice(job_id, error))
 
     def billed(self, job_id: int, *, cost_usd: float, invocations: list[dict[str, Any]]) -> None:
         self._update(job_id, cost_usd=cost_usd, invocations=invocations)
@@ -186,12 +200,13 @@ def build_retrainer(
     metrics: Metrics,
     *,
     background: bool = True,
+    notifier: Notifier | None = None,
 ) -> Retrainer:
     """The retrainer the settings describe, recording into ``db``."""
     return Retrainer(
         lambda: job_spec(settings),
         StoreWindowSource(db),
-        StoreJobRecorder(db, metrics),
+        StoreJobRecorder(db, metrics, notifier, settings.retrain_budget_usd),
         registry,
         registry.store,
         settings.resolved_object_store_url,

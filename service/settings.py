@@ -338,6 +338,28 @@ class Settings(BaseSettings):
         10.0, gt=0, description="How often to look for versions other processes published."
     )
 
+    # Alert delivery (service/alerting): off unless a webhook is given. The URL is a
+    # secret (a Slack webhook URL is its own credential), so it is never shown.
+    alert_webhook_url: SecretStr | None = Field(
+        None,
+        description="Slack-compatible webhook (http or https) that drift alerts, failed jobs "
+        "and spent budgets are posted to.",
+    )
+    alert_webhook_cooldown_s: float = Field(
+        600.0, ge=0, description="A notice like one sent this recently (seconds) is suppressed."
+    )
+    alert_runbook_url: str | None = Field(
+        None, description="Runbook linked from each notice (with #drift, #job_failed, #budget)."
+    )
+
+    @field_validator("alert_webhook_url", "alert_runbook_url")
+    @classmethod
+    def _http_url(cls, value: Any) -> Any:
+        shown = value.get_secret_value() if isinstance(value, SecretStr) else value
+        if shown is not None and not str(shown).lower().startswith(("http://", "https://")):
+            raise ValueError("must be an http:// or https:// URL")
+        return value
+
     @field_validator("retrain_policy", "retrain_configurator", "retrain_sync", "drift_detector")
     @classmethod
     def _registered(cls, value: str, info: ValidationInfo) -> str:

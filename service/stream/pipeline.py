@@ -35,6 +35,7 @@ from functions.artifacts import ArtifactError
 from functions.mf import BiasedMF
 from retrain import TriggerPolicy
 from retrain.policies import make_policy
+from service.alerting import drift_notice, make_notifier
 from service.metrics import Metrics
 from service.retraining import build_retrainer
 from service.serving.history import RatedItems
@@ -150,8 +151,11 @@ class Pipeline:
             weight=settings.continuum_weight,
             every_events=settings.periodic_events,
         )
+        #: Where notices of alerts and jobs go; started and stopped by the owner (the
+        #: app's lifespan), its ``notify`` never waits on the network.
+        self.notifier = make_notifier(settings, metrics)
         self.retrainer = build_retrainer(
-            settings, db, registry, metrics, background=background_retrain
+            settings, db, registry, metrics, background=background_retrain, notifier=self.notifier
         )
         self._background_retrain = background_retrain
         #: Time spent building serving states for new versions (off the ingest path in
@@ -421,6 +425,16 @@ class Pipeline:
             detector=alert.detector or self.settings.drift_detector,
             change_events=change,
             segments=None if change is None else self.segments.report(change),
+        )
+        self.notifier.notify(
+            drift_notice(
+                alert_id,
+                metric=alert.metric,
+                before=alert.before,
+                after=alert.after,
+                events_seen=self._events_offset + alert.events_seen,
+                model=self.serving.version,
+            )
         )
         if change is not None:
             self._segment_refreshes[alert_id] = (change, _SEGMENT_REFRESHES)

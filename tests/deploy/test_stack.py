@@ -128,6 +128,8 @@ def test_every_alert_the_issue_names_exists() -> None:
         "DriftlineConsumerLag",
         "DriftlineErrorRate",
         "DriftlineServingLatency",
+        "DriftlineModelRolledBack",
+        "DriftlineAlertWebhookFailing",
     } <= names
 
 
