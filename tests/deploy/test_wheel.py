@@ -60,6 +60,10 @@ def test_the_wheel_ships_the_data_set_its_license_and_run_time_files(wheel: Path
     assert "benchmarks/datasets/README.md" in names
     assert "functions/prices.json" in names
     assert "service/store/migrations/script.py.mako" in names
+    vendor = "service/dashboard/static/vendor"
+    shipped = {"htmx.min.js", "uPlot.iife.min.js", "uPlot.min.css", "VENDORED.md"}
+    shipped |= {"htmx.LICENSE.txt", "uPlot.LICENSE.txt"}  # the vendored files' licences
+    assert {f"{vendor}/{name}" for name in shipped} <= names
     assert not any(name.startswith(("tests/", ".ci/")) for name in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
     assert "driftline = benchmarks.cli:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
