@@ -26,6 +26,7 @@ from service.api.routes import dashboard, drift, health, ingest, jobs, keys, mod
 from service.api.timing import RequestTimer
 from service.auth.keys import KeyRing
 from service.auth.sessions import Sessions
+from service.dashboard.assets import mount_static
 from service.ingest.kafka import EventConsumer
 from service.metrics import Metrics
 from service.serving.registry import ModelRegistry
@@ -127,6 +128,7 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
     app.state.limits = limits_from(settings)
     for module in (ingest, recommend, drift, models, jobs, health, dashboard, keys):
         app.include_router(module.router)
+    mount_static(app)
     # Innermost, so its answers pass the host check, carry the headers and are timed.
     app.add_middleware(RecommendFastPath)
     app.add_middleware(RequestTimer, histogram=metrics.request_seconds, responses=metrics.responses)
