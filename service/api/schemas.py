@@ -61,6 +61,8 @@ class AlertPublic(BaseModel):
     events_seen: int
     model_version: str | None
     retrain_job_id: int | None
+    acknowledged_at: float | None = Field(None, description="When an admin acknowledged it")
+    acknowledged_by: str | None = Field(None, description="The key that acknowledged it")
 
 
 class AlertsPublic(BaseModel):

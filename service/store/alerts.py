@@ -53,6 +53,19 @@ def attach_alert(conn: Connection, alert_id: int, job_id: int) -> None:
     )
 
 
+def acknowledge_alert(
+    conn: Connection, alert_id: int, actor: str, at: float
+) -> dict[str, Any] | None:
+    """Mark an alert acknowledged by ``actor``; the first acknowledgement stands (a second
+    one changes nothing). None if there is no such alert."""
+    conn.execute(
+        update(drift_alerts)
+        .where(drift_alerts.c.id == alert_id, drift_alerts.c.acknowledged_at.is_(None))
+        .values(acknowledged_at=at, acknowledged_by=actor[:128])
+    )
+    return get_alert(conn, alert_id)
+
+
 def get_alert(conn: Connection, alert_id: int) -> dict[str, Any] | None:
     """One alert with its detector, change point and segments; None if there is none."""
     row = conn.execute(select(drift_alerts).where(drift_alerts.c.id == alert_id)).first()

@@ -103,6 +103,9 @@ drift_alerts = Table(
     Column("detector", String(64), nullable=True),
     Column("change_events", BigInteger, nullable=True),
     Column("segments", JSON, nullable=True),
+    # Who acknowledged the alert (a key's name) and when; None until somebody has.
+    Column("acknowledged_at", Float, nullable=True),
+    Column("acknowledged_by", String(128), nullable=True),
 )
 
 heartbeats = Table(
