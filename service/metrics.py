@@ -46,6 +46,13 @@ class Metrics:
             "driftline_labelled_events_evaluated", "Labelled events evaluated.", registry=r
         )
         self.drift_alerts = Counter("driftline_drift_alerts", "Drift alerts raised.", registry=r)
+        self.drift_segment_share = Gauge(
+            "driftline_drift_segment_share",
+            "Share of the newest drift alert's error rise in each segment (new and returning "
+            "users, head and tail items), recomputed as events after its change arrive.",
+            ["segment"],
+            registry=r,
+        )
         self.retrain_jobs = Counter(
             "driftline_retrain_jobs", "Retraining jobs finished.", ["status"], registry=r
         )

@@ -158,6 +158,9 @@ def test_an_alert_is_stored_with_where_its_rise_comes_from(
     assert segments["users"]["new"]["events_after"] == 0
     top = [entry["id"] for entry in segments["top_users"]]
     assert set(top[: len(DRIFTED)]) == DRIFTED
+    # Prometheus sees the same split (driftline_drift_segment_share{segment}).
+    share = pipeline.metrics.drift_segment_share.labels("returning_users")._value.get()
+    assert share == pytest.approx(segments["users"]["returning"]["share_of_rise"])
 
 
 def test_an_alerts_segments_are_computed_again_on_the_events_after_it(
