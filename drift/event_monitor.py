@@ -168,6 +168,13 @@ class EventDriftMonitor(DriftDetector):
             self.reset()
 
     @property
+    def level(self) -> float | None:
+        """The error level (mean squared error) a rise is measured against, learnt from
+        the first ``level_events`` errors of the regime; None until then. The dashboard
+        draws the alert threshold from it."""
+        return self._level
+
+    @property
     def n_changes(self) -> int:
         """Raw changes of the river detector since the last reset, confirmed or not."""
         return self._changes

@@ -7,14 +7,18 @@ counting finished jobs in its metrics.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
+
+from sqlalchemy.exc import SQLAlchemyError
 
 from retrain import EpochRecord, RatingsWindow
 from retrain.convergence import StopReason
 from retrain.lifecycle import Retrainer
 from retrain.spec import JobSpec
 from service.alerting import Notifier, NoWebhook, budget_notice, job_failed_notice
+from service.dashboard.events import EventBuffer
 from service.metrics import Metrics
 from service.serving.registry import ModelRegistry
 from service.settings import Settings
@@ -27,8 +31,17 @@ from service.store.events import (
     sample_labelled,
     uniform_labelled,
 )
-from service.store.jobs import active_jobs, add_epoch, create_job, get_job, update_job
+from service.store.jobs import (
+    active_jobs,
+    add_epoch,
+    create_job,
+    get_job,
+    job_trigger,
+    update_job,
+)
 from service.store.versions import version_of_job
+
+log = logging.getLogger(__name__)
 
 
 class StoreWindowSource:
@@ -56,7 +69,9 @@ def _window(events: LabelledEvents) -> RatingsWindow:
 
 class StoreJobRecorder:
     """``retrain.lifecycle.JobRecorder`` over the event store's job tables; a failed
-    job and one its budget stopped are also told to ``notifier`` (``ALERT_WEBHOOK_URL``)."""
+    job and one its budget stopped are also told to ``notifier`` (``ALERT_WEBHOOK_URL``),
+    and each job's queued, running, succeeded and failed records to ``events`` (the
+    dashboard's live stream), once they are committed."""
 
     def __init__(
         self,
@@ -64,11 +79,15 @@ class StoreJobRecorder:
         metrics: Metrics,
         notifier: Notifier | None = None,
         budget_usd: float | None = None,
+        events: EventBuffer | None = None,
     ) -> None:
         self.db = db
         self.metrics = metrics
         self.notifier: Notifier = notifier or NoWebhook()
         self.budget_usd = budget_usd
+        self.events = events
+        #: Job id -> trigger of the jobs created or seen here and not yet ended.
+        self._triggers: dict[int, str | None] = {}
 
     def newest_event_id(self) -> int:
         with self.db.connect() as conn:
@@ -86,6 +105,8 @@ class StoreJobRecorder:
             if alert_id is not None:
                 attach_alert(conn, alert_id, job_id)
         self.metrics.retrain_jobs_started.labels(policy=spec.policy, trigger=trigger).inc()
+        self._triggers[job_id] = trigger
+        self._publish(job_id, "queued")
         return job_id
 
     def attach_alert(self, alert_id: int, job_id: int) -> None:
@@ -103,6 +124,7 @@ class StoreJobRecorder:
             window_events=window_events,
             last_event_id=last_event_id,
         )
+        self._publish(job_id, "running")
 
     def epoch(self, job_id: int, record: EpochRecord) -> None:
         with self.db.begin() as conn:
@@ -138,6 +160,7 @@ class StoreJobRecorder:
         )
         self.metrics.retrain_jobs.labels(status="succeeded").inc()
         self.metrics.retrain_stops.labels(reason=stop_reason).inc()
+        self._publish(job_id, "succeeded", ended=True)
         if stop_reason == StopReason.BUDGET:
             self.notifier.notify(budget_notice(job_id, cost_usd, self.budget_usd))
 
@@ -145,6 +168,7 @@ class StoreJobRecorder:
         self._update(job_id, status="failed", error=error, finished_at=time.time())
         self.metrics.retrain_jobs.labels(status="failed").inc()
         self.notifier.notify(job_failed_notice(job_id, error))
+        self._publish(job_id, "failed", ended=True)
 
     def billed(self, job_id: int, *, cost_usd: float, invocations: list[dict[str, Any]]) -> None:
         self._update(job_id, cost_usd=cost_usd, invocations=invocations)
@@ -165,6 +189,26 @@ class StoreJobRecorder:
     def _update(self, job_id: int, **values: Any) -> None:
         with self.db.begin() as conn:
             update_job(conn, job_id, **values)
+
+    def _publish(self, job_id: int, status: str, *, ended: bool = False) -> None:
+        """Tell the dashboard's live stream ``job_id`` is now ``status``."""
+        if self.events is None:
+            return
+        if job_id in self._triggers:
+            trigger = self._triggers.pop(job_id, None) if ended else self._triggers[job_id]
+        else:  # a job resumed or settled after a restart
+            trigger = self._stored_trigger(job_id)
+            if not ended:
+                self._triggers[job_id] = trigger
+        self.events.publish("job", {"id": job_id, "status": status, "trigger": trigger})
+
+    def _stored_trigger(self, job_id: int) -> str | None:
+        try:
+            with self.db.connect() as conn:
+                return job_trigger(conn, job_id)
+        except SQLAlchemyError:
+            log.exception("reading the trigger of job %s", job_id)
+            return None
 
 
 def job_spec(settings: Settings) -> JobSpec:
@@ -201,12 +245,14 @@ def build_retrainer(
     *,
     background: bool = True,
     notifier: Notifier | None = None,
+    events: EventBuffer | None = None,
 ) -> Retrainer:
-    """The retrainer the settings describe, recording into ``db``."""
+    """The retrainer the settings describe, recording into ``db``; job records are
+    also published to ``events`` (the dashboard's live stream) when given."""
     return Retrainer(
         lambda: job_spec(settings),
         StoreWindowSource(db),
-        StoreJobRecorder(db, metrics, notifier, settings.retrain_budget_usd),
+        StoreJobRecorder(db, metrics, notifier, settings.retrain_budget_usd, events),
         registry,
         registry.store,
         settings.resolved_object_store_url,

@@ -38,6 +38,7 @@ RIGHTS: dict[tuple[str, str], str | None] = {
     ("POST", "/ingest"): "ingest",
     ("POST", "/dashboard/sign-in"): None,  # how a browser gets a session
     ("POST", "/dashboard/sign-out"): "read",
+    ("GET", "/dashboard/events"): "read",  # the dashboard's live feed, as GET /dashboard
     ("GET", "/keys"): "admin",  # who holds which key is for administrators
     ("POST", "/models/{version}/rollback"): "admin",  # changes what every client is served
 }

@@ -15,6 +15,8 @@ Examples
 [2, 3]
 >>> buffer.missed(0)
 True
+>>> buffer.newest_id
+3
 """
 
 from __future__ import annotations
@@ -59,6 +61,12 @@ class EventBuffer:
         """The buffered events after ``last_id``, oldest first (a copy)."""
         with self._lock:
             return [event for event in self._events if event.id > last_id]
+
+    @property
+    def newest_id(self) -> int:
+        """The id of the newest event published (0: none yet)."""
+        with self._lock:
+            return self._next_id - 1
 
     def missed(self, last_id: int) -> bool:
         """Whether events after ``last_id`` have already fallen off the buffer."""

@@ -36,6 +36,7 @@ from functions.mf import BiasedMF
 from retrain import TriggerPolicy
 from retrain.policies import make_policy
 from service.alerting import drift_notice, make_notifier
+from service.dashboard.events import EventBuffer
 from service.metrics import Metrics
 from service.retraining import build_retrainer
 from service.serving.history import RatedItems
@@ -154,8 +155,17 @@ class Pipeline:
         #: Where notices of alerts and jobs go; started and stopped by the owner (the
         #: app's lifespan), its ``notify`` never waits on the network.
         self.notifier = make_notifier(settings, metrics)
+        #: Recent heartbeats, alerts, jobs and swaps for the dashboard's live stream
+        #: (``GET /dashboard/events``); publishing appends under a short lock, never waits.
+        self.events = EventBuffer()
         self.retrainer = build_retrainer(
-            settings, db, registry, metrics, background=background_retrain, notifier=self.notifier
+            settings,
+            db,
+            registry,
+            metrics,
+            background=background_retrain,
+            notifier=self.notifier,
+            events=self.events,
         )
         self._background_retrain = background_retrain
         #: Time spent building serving states for new versions (off the ingest path in
@@ -166,6 +176,7 @@ class Pipeline:
         self.labelled_seen = 0
         self._events_offset = 0
         self._seen_at_swap = 0
+        self._observed_jobs: set[int] = set()  # jobs the trigger policy has been told of
         self._static_pending = np.empty(0)
         self._unsaved_heartbeats: list[dict] = []
         #: The newest event id the history and popular items have seen, and how many
@@ -287,6 +298,7 @@ class Pipeline:
             row = self._heartbeat_row(beat, float(np.sqrt(static_sq.mean())))
             row.update(self._ranking_row(beat.events))
             self._unsaved_heartbeats.append(row)
+            self.events.publish("heartbeat", {"id": None, **row})
             alert = self.monitor.update(beat) if self.current is not None else None
             if alert is not None:
                 alerts.append(alert)
@@ -309,13 +321,41 @@ class Pipeline:
             self._refresh_segments(conn)
             alert_ids = [self._store_alert(conn, alert) for alert in alerts]
         self._unsaved_heartbeats = []
+        for alert_id, alert in zip(alert_ids, alerts, strict=True):
+            self.events.publish(
+                "alert",
+                {
+                    "id": alert_id,
+                    "events_seen": self._events_offset + alert.events_seen,
+                    "before": alert.before,
+                    "after": alert.after,
+                    "detector": alert.detector or self.settings.drift_detector,
+                    "metric": alert.metric,
+                },
+            )
         return alert_ids
+
+    def _export_segments(self, report: dict[str, Any] | None) -> None:
+        """The newest alert's split of the rise, per segment, for Prometheus."""
+        if report is None:
+            return
+        for side, segment in (
+            ("users", "new"),
+            ("users", "returning"),
+            ("items", "head"),
+            ("items", "tail"),
+        ):
+            share = report[side][segment].get("share_of_rise")
+            if share is not None:
+                self.metrics.drift_segment_share.labels(f"{segment}_{side}").set(share)
 
     def _refresh_segments(self, conn: Connection) -> None:
         """Compute the segments of recent alerts again, on the events since their change
         (``_SEGMENT_REFRESHES`` times each)."""
         for alert_id, (change, left) in list(self._segment_refreshes.items()):
-            update_alert_segments(conn, alert_id, self.segments.report(change))
+            report = self.segments.report(change)
+            update_alert_segments(conn, alert_id, report)
+            self._export_segments(report)
             if left > 1:
                 self._segment_refreshes[alert_id] = (change, left - 1)
             else:
@@ -415,6 +455,7 @@ class Pipeline:
             self._events_offset + alert.events_seen,
         )
         change = None if alert.change_events is None else self._events_offset + alert.change_events
+        report = None if change is None else self.segments.report(change)
         alert_id = add_alert(
             conn,
             metric=alert.metric,
@@ -424,8 +465,9 @@ class Pipeline:
             model_version=self.serving.version,
             detector=alert.detector or self.settings.drift_detector,
             change_events=change,
-            segments=None if change is None else self.segments.report(change),
+            segments=report,
         )
+        self._export_segments(report)
         self.notifier.notify(
             drift_notice(
                 alert_id,
@@ -478,8 +520,20 @@ class Pipeline:
         if self.retrainer.active_job_id is None:
             since = None if self.current is None else self.labelled_seen - self._seen_at_swap
             trigger = self.policy.on_progress(self.labelled_seen, since)
-            if trigger is not None:
+            if trigger is not None and not self._first_version_on_its_way():
                 self.retrainer.request(trigger, base=self.current)
+
+    def _first_version_on_its_way(self) -> bool:
+        """Whether a version is published but not yet swapped in while nothing serves: a
+        bootstrap job that just finished. Its swap follows; a second bootstrap would
+        train the same window again."""
+        if self.current is not None:
+            return False
+        try:
+            return bool(self.registry.versions(include_deleted=False))
+        except SQLAlchemyError:
+            log.exception("reading the registry before a bootstrap job")
+            return False
 
     def _start_deferred_drift(self) -> None:
         """Start the drift job an alert asked for while another job ran, if none runs now.
@@ -521,6 +575,7 @@ class Pipeline:
         """
         began = time.perf_counter()
         continues_regime = self._continues_regime(loaded, trigger)
+        why = trigger or self._job_trigger(loaded)  # for the dashboard's swap event
         serving = self._serving_for(loaded)
         caught_up_to = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
         for _round in range(_SWAP_CATCH_UP_ROUNDS):
@@ -536,17 +591,22 @@ class Pipeline:
             if self.static is None:
                 self.static = loaded.model
             self.monitor.on_swap(continues_regime)
+            events_seen = self.labelled_seen
         self.swap_seconds += time.perf_counter() - began
+        self.events.publish(
+            "swap", {"version": loaded.version, "events_seen": events_seen, "trigger": why}
+        )
         self._observe_job(loaded)
         self.metrics.model_swaps.inc()
         log.info("serving model %s", loaded.version)
 
     def _observe_job(self, loaded: LoadedVersion) -> None:
-        """Tell the policy how long the job behind ``loaded`` ran, over how many events:
-        Continuum's rule refits its training-time model on these."""
+        """Tell the policy how long the job behind ``loaded`` ran, over how many events,
+        once per job: Continuum's rule refits its training-time model on these."""
         job_id = loaded.row.get("job_id")
-        if job_id is None:
-            return
+        if job_id is None or int(job_id) in self._observed_jobs:
+            return  # a rollback or a second swap of one version is not a new job
+        self._observed_jobs.add(int(job_id))
         try:
             with self.db.connect() as conn:
                 job = get_job(conn, int(job_id))
@@ -557,6 +617,20 @@ class Pipeline:
             return
         if job.get("window_events"):
             self.policy.observe_job(job["window_events"], job["finished_at"] - job["started_at"])
+
+    def accuracy_summary(self) -> dict[str, dict[str, Any]]:
+        """Running RMSE and, beside it, hit-rate@10 and NDCG@10 per model (``/healthz``,
+        the dashboard's overview)."""
+        ranking = self.ranking.tracker
+        return {
+            track: {
+                **stats,
+                "hit_rate": ranking.hit_rate(track),
+                "ndcg": ranking.ndcg(track),
+                "ranked_events": ranking.count(track),
+            }
+            for track, stats in self.tracker.summary().items()
+        }
 
     def policy_status(self) -> dict[str, str]:
         """The trigger policy's name and what it waits for, for ``/healthz``."""
@@ -582,6 +656,19 @@ class Pipeline:
             log.exception("reading the trigger of job %s", job_id)
             return False
         return trigger not in NEW_REGIME_TRIGGERS
+
+    def _job_trigger(self, loaded: LoadedVersion) -> str | None:
+        """What started the job that trained ``loaded``; None without a job, or when
+        the store cannot say."""
+        job_id = loaded.row.get("job_id")
+        if job_id is None:
+            return None
+        try:
+            with self.db.connect() as conn:
+                return job_trigger(conn, int(job_id))
+        except SQLAlchemyError:
+            log.exception("reading the trigger of job %s", job_id)
+            return None
 
     def _index_items(self, serving: ServingModel) -> None:
         """Build the item index ``SERVING_INDEX`` asks for and hand it to ``serving``."""

@@ -72,6 +72,19 @@ def test_continuum_hears_of_the_finished_job_and_reports_its_regret(
     )
 
 
+def test_continuum_hears_of_each_job_once_however_often_its_version_swaps_in(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    """A rollback serves an old job's version again; its duration is not a new sample."""
+    pipeline = make_pipeline(retrain_policy="continuum", continuum_weight=10**9)
+    pipeline.ingest(events[:200])
+    policy = pipeline.policy
+    assert isinstance(policy, ContinuumPolicy) and len(policy.jobs) == 1
+    assert pipeline.current is not None
+    pipeline.swap(pipeline.current, trigger="rollback")
+    assert len(policy.jobs) == 1
+
+
 def test_cost_aware_starts_a_batch_job_once_its_interval_passed(
     make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
@@ -87,3 +100,22 @@ def test_cost_aware_starts_a_batch_job_once_its_interval_passed(
         ("cost-aware", "batch"),
         ("cost-aware", "bootstrap"),
     ]
+
+
+def test_no_second_bootstrap_while_the_first_version_waits_for_its_swap(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    """A bootstrap job has published but its version is not swapped in yet (the swap
+    follows the job's end): events arriving meanwhile start no second bootstrap."""
+    from functions.mf import BiasedMF
+
+    pipeline = make_pipeline(retrain_policy="periodic", periodic_events=1_000)
+    model = BiasedMF(factors=8, seed=1)
+    model.fit(
+        [e.user_id for e in events], [e.item_id for e in events], [e.rating for e in events], 1
+    )
+    pipeline.registry.publish(model, last_event_id=1, job_id=None, rmse=0.9)
+    assert pipeline.current is None
+    pipeline.ingest(events[:250])
+    with pipeline.db.connect() as conn:
+        assert list_jobs(conn) == []

@@ -13,7 +13,6 @@ from sqlalchemy.exc import SQLAlchemyError
 from service.api.deps import PipelineDep
 from service.api.schemas import HealthPublic
 from service.store.events import count_events
-from service.stream.pipeline import Pipeline
 
 router = APIRouter(tags=["ops"])
 
@@ -36,7 +35,7 @@ def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
         "labelled_events_seen": pipeline.labelled_seen,
         "retrain_job_running": pipeline.retrainer.active_job_id,
         "retrain_policy": pipeline.policy_status(),
-        "prequential": _tracks(pipeline),
+        "prequential": pipeline.accuracy_summary(),
     }
     consumer = getattr(request.app.state, "consumer", None)
     if consumer is not None:
@@ -53,20 +52,6 @@ def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
         body.update(status="degraded", database=f"unreachable: {type(exc).__name__}")
         return _answer(body, 503)
     return _answer(body, 200)
-
-
-def _tracks(pipeline: Pipeline) -> dict[str, dict[str, Any]]:
-    """Running RMSE and, beside it, hit-rate@10 and NDCG@10 per model."""
-    ranking = pipeline.ranking.tracker
-    return {
-        track: {
-            **stats,
-            "hit_rate": ranking.hit_rate(track),
-            "ndcg": ranking.ndcg(track),
-            "ranked_events": ranking.count(track),
-        }
-        for track, stats in pipeline.tracker.summary().items()
-    }
 
 
 def _answer(body: dict[str, Any], status_code: int) -> JSONResponse:
