@@ -22,7 +22,17 @@ from service.api.fastpath import RecommendFastPath
 from service.api.hardening import Hardening
 from service.api.limits import limits_from
 from service.api.openapi import document_access
-from service.api.routes import dashboard, drift, health, ingest, jobs, keys, models, recommend
+from service.api.routes import (
+    dashboard,
+    dashboard_live,
+    drift,
+    health,
+    ingest,
+    jobs,
+    keys,
+    models,
+    recommend,
+)
 from service.api.timing import RequestTimer
 from service.auth.keys import KeyRing
 from service.auth.sessions import Sessions
@@ -126,7 +136,7 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
     )
     app.state.metrics = metrics
     app.state.limits = limits_from(settings)
-    for module in (ingest, recommend, drift, models, jobs, health, dashboard, keys):
+    for module in (ingest, recommend, drift, models, jobs, health, dashboard, dashboard_live, keys):
         app.include_router(module.router)
     mount_static(app)
     # Innermost, so its answers pass the host check, carry the headers and are timed.

@@ -188,7 +188,7 @@ def test_ops_endpoints_answer(client: TestClient) -> None:
     metrics = client.get("/metrics").text
     assert "driftline_events_ingested_total 5.0" in metrics
     assert client.get("/drift/alerts").json() == {"alerts": []}
-    assert "<h1>Driftline</h1>" in client.get("/dashboard").text
+    assert "<h1>Overview</h1>" in client.get("/dashboard").text
 
 
 def _failing_ingest(error: Exception):  # type: ignore[no-untyped-def]

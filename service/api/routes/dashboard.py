@@ -1,93 +1,59 @@
-"""GET /dashboard: one server-rendered page for operators, no JavaScript build."""
+"""The ops dashboard: server-rendered pages (Jinja2, service/dashboard/templates), the
+chart data they draw, and the forms behind their buttons.
+
+Pages read the same functions as the JSON endpoints (service/dashboard/views.py). Forms
+post with the session's CSRF token; acknowledging an alert and rolling back are admin
+actions (POST routes need ``admin`` unless ``RIGHTS`` says otherwise).
+"""
 
 from __future__ import annotations
 
-from html import escape
+import time
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
-from service.api.access import Access, PrincipalDep, read_form
+from service.api.access import Access, Principal, PrincipalDep, read_form
 from service.api.deps import PipelineDep
-from service.api.schemas import answers
+from service.api.schemas import MAX_ALERT_ID, MAX_JOB_ID, AlertDetailPublic, answers
 from service.auth.sessions import COOKIE, CSRF_FIELD
-from service.store.alerts import list_alerts
-from service.store.jobs import list_jobs
+from service.dashboard import views
+from service.dashboard.pages import render
+from service.serving.registry import RollbackRefused
+from service.store.alerts import acknowledge_alert
 
 router = APIRouter(tags=["ops"])
 
-_STYLE = (
-    "body{font-family:system-ui,sans-serif;margin:2rem;color:#222}"
-    "table{border-collapse:collapse;margin-bottom:2rem}"
-    "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px;text-align:right}"
-    "th{background:#f3f3f3}h2{margin-top:2rem}"
-)
-
-
-def _table(headers: list[str], rows: list[list[object]]) -> str:
-    head = "".join(f"<th>{escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>" + "".join(f"<td>{escape(_fmt(v))}</td>" for v in row) + "</tr>" for row in rows
-    )
-    return f"<table><tr>{head}</tr>{body or '<tr><td>none yet</td></tr>'}</table>"
-
-
-def _fmt(value: object) -> str:
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return "" if value is None else str(value)
-
-
-def _chart(points: list[dict], width: int = 800, height: int = 220) -> str:
-    """Prequential RMSE per heartbeat: served model (blue) and never-retrained (grey)."""
-    if len(points) < 2:
-        return "<p>Not enough heartbeats yet.</p>"
-    xs = [p["events_seen"] for p in points]
-    values = [p["rmse"] for p in points] + [p["static_rmse"] or p["rmse"] for p in points]
-    low, high = min(values), max(values)
-    span_x, span_y = (xs[-1] - xs[0]) or 1, (high - low) or 1
-
-    def path(key: str) -> str:
-        coords = (
-            f"{(x - xs[0]) / span_x * width:.1f},"
-            f"{height - ((p[key] or p['rmse']) - low) / span_y * height:.1f}"
-            for x, p in zip(xs, points, strict=True)
-        )
-        return " ".join(coords)
-
-    return (
-        f'<svg width="{width}" height="{height}" style="border:1px solid #ddd">'
-        f'<polyline fill="none" stroke="#999" points="{path("static_rmse")}"/>'
-        f'<polyline fill="none" stroke="#1565c0" points="{path("rmse")}"/></svg>'
-        f"<p>RMSE {low:.3f}–{high:.3f} over {xs[0]}–{xs[-1]} labelled events; "
-        "blue: Driftline, grey: never retrained.</p>"
-    )
+AlertId = Annotated[int, Path(ge=1, le=MAX_ALERT_ID)]
+JobId = Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
+VersionPath = Annotated[str, Path(min_length=1, max_length=64)]
 
 
 def sign_in_page(message: str = "") -> str:
     """The form an operator signs in with: an API key with the ``read`` scope."""
-    notice = f"<p><b>{escape(message)}</b></p>" if message else ""
-    return (
-        f"<!doctype html><html><head><title>Driftline: sign in</title><style>{_STYLE}"
-        "</style></head><body><h1>Driftline</h1>"
-        f"{notice}<p>Sign in with an API key that has the <code>read</code> scope "
-        "(<code>driftline keys create NAME --scope read</code>).</p>"
-        '<form method="post" action="/dashboard/sign-in">'
-        '<input type="password" name="key" autocomplete="off" size="60" required> '
-        '<button type="submit">Sign in</button></form></body></html>'
-    )
+    return render("sign_in.html", title="Sign in", page="sign-in", message=message)
 
 
-def _sign_out_form(request: Request, principal: PrincipalDep) -> str:
-    """A sign-out button carrying the session's CSRF token, for a signed-in browser."""
-    if principal.session is None:
-        return ""
-    token = request.app.state.access.sessions.csrf_token(principal.session)
-    return (
-        '<form method="post" action="/dashboard/sign-out">'
-        f'<input type="hidden" name="{CSRF_FIELD}" value="{escape(token)}">'
-        f"Signed in as <b>{escape(principal.name)}</b> "
-        '<button type="submit">Sign out</button></form>'
+def _page(
+    request: Request, principal: Principal, template: str, title: str, page: str, **context: Any
+) -> str:
+    """A page with the header every page shares (navigation, who is signed in, and the
+    CSRF token the page's forms carry)."""
+    token = ""
+    if principal.session is not None:
+        token = request.app.state.access.sessions.csrf_token(principal.session)
+    return render(
+        template,
+        title=title,
+        page=page,
+        signed_in_as=principal.name if principal.session is not None else None,
+        csrf_field=CSRF_FIELD,
+        csrf_token=token,
+        # The live stream resumes after the newest event the page was rendered with.
+        last_event_id=request.app.state.pipeline.events.newest_id,
+        **context,
     )
 
 
@@ -121,9 +87,8 @@ def _json(refusals: dict[int | str, dict]) -> dict[int | str, dict]:
 
 
 def _to_dashboard() -> HTMLResponse:
-    """303 to the dashboard, with a link for clients that do not follow redirects."""
-    link = '<!doctype html><a href="/dashboard">Dashboard</a>'
-    return HTMLResponse(link, status_code=303, headers={"Location": "/dashboard"})
+    """303 to the dashboard."""
+    return _see_other("/dashboard")
 
 
 _HTML_401 = {
@@ -181,53 +146,115 @@ async def sign_out() -> Response:
 
 @router.get("/dashboard", response_class=HTMLResponse, responses=answers(503))
 def dashboard(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
-    with pipeline.db.connect() as conn:
-        alerts = list_alerts(conn, 50)
-        jobs = list_jobs(conn, 50)
-    beats = pipeline.heartbeats()
-    summary = pipeline.tracker.summary()
-    return (
-        f"<!doctype html><html><head><title>Driftline</title><style>{_STYLE}</style></head>"
-        f"<body><h1>Driftline</h1>{_sign_out_form(request, principal)}"
-        f"<p>Serving model <b>{escape(str(pipeline.serving.version))}"
-        f"</b>; {pipeline.labelled_seen} labelled events evaluated.</p>"
-        f"<h2>Live accuracy</h2>{_chart(beats)}"
-        + _table(
-            ["track", "rmse", "events"],
-            [[name, t.get("rmse"), t.get("count")] for name, t in summary.items()],
-        )
-        + "<h2>Drift alerts</h2>"
-        + _table(
-            ["id", "events seen", "before", "after", "model", "job"],
-            [
-                [
-                    a["id"],
-                    a["events_seen"],
-                    a["before"],
-                    a["after"],
-                    a["model_version"],
-                    a["retrain_job_id"],
-                ]
-                for a in alerts
-            ],
-        )
-        + "<h2>Retraining jobs</h2>"
-        + _table(
-            ["id", "trigger", "status", "runtime", "window", "epochs", "stop", "model", "cost $"],
-            [
-                [
-                    j["id"],
-                    j["trigger"],
-                    j["status"],
-                    j["runtime"],
-                    j["window_events"],
-                    len(j["epochs"]),
-                    j["stop_reason"],
-                    j["model_version"],
-                    j["cost_usd"],
-                ]
-                for j in jobs
-            ],
-        )
-        + "</body></html>"
-    )
+    """Overview: what serves, how well, events in, Kafka lag, the running job, spend."""
+    consumer = getattr(request.app.state, "consumer", None)
+    summary = views.overview(pipeline, consumer)
+    return _page(request, principal, "overview.html", "Overview", "overview", o=summary)
+
+
+@router.get("/dashboard/data/accuracy", responses=answers(503))
+def accuracy_data(pipeline: PipelineDep) -> dict[str, Any]:
+    """What the accuracy chart draws: heartbeats, alerts, swaps, job spans, threshold."""
+    return views.accuracy_series(pipeline)
+
+
+@router.get("/dashboard/alerts", response_class=HTMLResponse, responses=_json(answers(503)))
+def alerts_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
+    context = views.alerts_page(pipeline)
+    return _page(request, principal, "alerts.html", "Drift alerts", "alerts", **context)
+
+
+@router.get(
+    "/dashboard/alerts/{alert_id}",
+    response_class=HTMLResponse,
+    responses=_json(answers(404, 422, 503)),
+)
+def alert_page(
+    pipeline: PipelineDep, request: Request, principal: PrincipalDep, alert_id: AlertId
+) -> str:
+    context = views.alert_page(pipeline, alert_id)
+    if context is None:
+        raise HTTPException(404, f"no drift alert {alert_id}")
+    return _page(request, principal, "alert.html", f"Alert #{alert_id}", "alerts", **context)
+
+
+@router.post(
+    "/drift/alerts/{alert_id}/acknowledge",
+    response_model=AlertDetailPublic,
+    tags=["drift"],
+    responses=answers(401, 403, 404, 422, 503),
+)
+def acknowledge(pipeline: PipelineDep, principal: PrincipalDep, alert_id: AlertId) -> Any:
+    """Mark the alert seen (admin); the first acknowledgement stands, repeating it is
+    harmless."""
+    with pipeline.db.begin() as conn:
+        row = acknowledge_alert(conn, alert_id, principal.name, time.time())
+    if row is None:
+        raise HTTPException(404, f"no drift alert {alert_id}")
+    return AlertDetailPublic(**row)
+
+
+@router.post(
+    "/dashboard/alerts/{alert_id}/acknowledge",
+    response_class=HTMLResponse,
+    status_code=303,
+    responses={
+        303: {"description": "Acknowledged: back to the alert's page."},
+        **_json(answers(401, 403, 404, 422, 503)),
+    },
+)
+def acknowledge_form(pipeline: PipelineDep, principal: PrincipalDep, alert_id: AlertId) -> Response:
+    """The alert page's button (admin, with the session's CSRF token)."""
+    acknowledge(pipeline, principal, alert_id)
+    return _see_other(f"/dashboard/alerts/{alert_id}")
+
+
+@router.get("/dashboard/jobs", response_class=HTMLResponse, responses=_json(answers(503)))
+def jobs_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
+    context = views.jobs_page(pipeline)
+    return _page(request, principal, "jobs.html", "Retraining jobs", "jobs", **context)
+
+
+@router.get(
+    "/dashboard/jobs/{job_id}", response_class=HTMLResponse, responses=_json(answers(404, 422, 503))
+)
+def job_page(
+    pipeline: PipelineDep, request: Request, principal: PrincipalDep, job_id: JobId
+) -> str:
+    context = views.job_page(pipeline, job_id)
+    if context is None:
+        raise HTTPException(404, f"no retraining job {job_id}")
+    return _page(request, principal, "job.html", f"Job #{job_id}", "jobs", **context)
+
+
+@router.get("/dashboard/versions", response_class=HTMLResponse, responses=_json(answers(503)))
+def versions_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
+    context = views.versions_page(pipeline)
+    return _page(request, principal, "versions.html", "Model versions", "versions", **context)
+
+
+@router.post(
+    "/dashboard/versions/{version}/rollback",
+    response_class=HTMLResponse,
+    status_code=303,
+    responses={
+        303: {"description": "Rolled back: back to the versions page."},
+        **_json(answers(401, 403, 404, 409, 422, 503)),
+    },
+)
+async def rollback_form(
+    pipeline: PipelineDep, principal: PrincipalDep, version: VersionPath
+) -> Response:
+    """The versions page's button: the registry's rollback, as POST /models/{version}/rollback
+    does it (admin, recorded, reversible by rolling back again)."""
+    try:
+        await run_in_threadpool(pipeline.rollback, version, principal.name)
+    except RollbackRefused as exc:
+        raise HTTPException(exc.status, str(exc)) from exc
+    return _see_other("/dashboard/versions")
+
+
+def _see_other(location: str) -> HTMLResponse:
+    """303 to ``location``, with a link for clients that do not follow redirects."""
+    link = f'<!doctype html><a href="{location}">Continue</a>'
+    return HTMLResponse(link, status_code=303, headers={"Location": location})
