@@ -11,6 +11,7 @@ from __future__ import annotations
 import inspect
 import ipaddress
 import logging
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Literal, get_args, get_origin
@@ -191,6 +192,7 @@ def serve(settings: Settings) -> None:
     # machine does not have (0.18 ms single-threaded against 16 ms threaded for 10,000
     # items x 64 factors, measured here; BENCHMARKS.md).
     threadpool_limits(1, user_api="blas")
+    sys.setswitchinterval(settings.server_switch_interval_ms / 1000)
     uvicorn.run(
         create_app(settings, freeze_startup=True),
         host=settings.host,

@@ -334,6 +334,17 @@ class Settings(BaseSettings):
     server_http: Literal["auto", "h11", "httptools"] = Field(
         "auto", description="serve's HTTP/1.1 parser (auto: httptools where installed)."
     )
+    server_switch_interval_ms: float = Field(
+        5.0,
+        gt=0,
+        le=100,
+        description=(
+            "How long a thread may hold the interpreter before another may run (Python's "
+            "default, 5 ms). Ingestion, heartbeats and swaps compute in the server's threads; "
+            "a shorter turn hands the request loop back sooner, but 1 ms did not lower the "
+            'p99 under ingestion reliably (BENCHMARKS.md "serve").'
+        ),
+    )
     registry_poll_seconds: float | None = Field(
         10.0, gt=0, description="How often to look for versions other processes published."
     )

@@ -59,3 +59,24 @@ def test_a_bad_value_names_the_flag() -> None:
     result = CliRunner().invoke(capture, ["show", "--retrain-sync", "sometimes"])
     assert result.exit_code == 2
     assert "--retrain-sync" in result.output and "selective" in result.output
+
+
+def test_serve_shortens_the_interpreters_switch_interval(tmp_path, monkeypatch) -> None:
+    """Request latency under ingestion depends on it (BENCHMARKS.md "serve"): the
+    setting reaches the interpreter before uvicorn starts."""
+    import sys
+
+    import uvicorn
+
+    seen: list[float] = []
+    monkeypatch.setattr(uvicorn, "run", lambda *_a, **_kw: seen.append(sys.getswitchinterval()))
+    before = sys.getswitchinterval()
+    try:
+        args = ["serve", "--data-dir", str(tmp_path), "--server-switch-interval-ms", "2"]
+        result = CliRunner().invoke(server_app, args)
+    finally:
+        sys.setswitchinterval(before)
+    assert result.exit_code == 0, result.stderr
+    assert seen == [pytest.approx(0.002)]
+    bad = CliRunner().invoke(server_app, ["serve", "--server-switch-interval-ms", "0"])
+    assert bad.exit_code == 2
