@@ -110,7 +110,8 @@ def decayed_group_sums(
 class OnlineBiases:
     """A bias per key: the shrunk, forgetting mean of the residuals it has been given.
 
-    bias = Σ decayᵃᵍᵉ · residual / (regularization + Σ decayᵃᵍᵉ), where a residual's age
+    bias = Σ decayᵃᵍᵉ · w · residual / (regularization + Σ decayᵃᵍᵉ · w²), where w is the
+    residual's weight (1 unless given) and a residual's age
     counts the key's later events. A key never seen, or evicted (at most ``max_keys`` are
     kept, least recently seen evicted first), has bias zero.
 
@@ -157,10 +158,23 @@ class OnlineBiases:
         out[seen] = self._bias(rows[seen], regularization, None if prior is None else out[seen])
         return out
 
-    def learn_sequential(self, keys: Sequence[str], residuals: np.ndarray) -> np.ndarray:
-        """Each event's bias from the key's earlier residuals (n,); then absorbs them all."""
+    def learn_sequential(
+        self, keys: Sequence[str], residuals: np.ndarray, weights: np.ndarray | None = None
+    ) -> np.ndarray:
+        """Each event's bias from the key's earlier residuals (n,); then absorbs them all.
+
+        With ``weights`` w, a residual measures the bias scaled by w (residual ≈ w · b),
+        and the bias is its ridge least-squares estimate, Σ w · residual / (λ + Σ w²):
+        a residual of weight zero says nothing, one of weight −1 says the opposite.
+
+        >>> biases = OnlineBiases(regularization=1.0)
+        >>> _ = biases.learn_sequential(["a", "a"], np.array([1.0, -1.0]), np.array([1.0, -1.0]))
+        >>> biases.values(["a"]).tolist()
+        [0.6666666666666666]
+        """
         rows = self.rows.rows_for(keys)
-        sums = decayed_group_sums(rows, [residuals, np.ones(len(rows))], self.forgetting)
+        w = np.ones(len(rows)) if weights is None else np.asarray(weights, dtype=np.float64)
+        sums = decayed_group_sums(rows, [w * residuals, w * w], self.forgetting)
         weight = sums.stored_weight
         stored_sum, stored_count = self.rows["sum"], self.rows["count"]
         total = weight * stored_sum[rows] + sums.before[0]

@@ -8,12 +8,13 @@ million items with 64 factors (BENCHMARKS.md, ``driftline bench serve``). Above
 index for candidates instead and scores only those, exactly, with the current online
 biases.
 
-A user's score of item i is μ + b_u + p_u·q_i + b_i; μ and b_u are the same for every
-item, so the ranking is that of [q_i; b_i]·[p_u; 1]: the item bias is one more
-coordinate. Inner products are turned into Euclidean distances by lifting every item
-onto a sphere (Bachrach et al. 2014): x_i = [q_i; b_i; sqrt(R − |[q_i; b_i]|²)] with R
-the largest squared norm, and the query y = [p_u; 1; 0], so |x_i − y|² = R + |y|² −
-2 [q_i; b_i]·[p_u; 1] and the nearest items are those with the largest score. faiss's
+A user's score of item i is μ + b_u + p_u·q_i + s_u·b_i (``service.serving.vector``);
+μ and b_u are the same for every item, so the ranking is that of [q_i; b_i]·[p_u; s_u]:
+the item bias is one more coordinate. Inner products are turned into Euclidean
+distances by lifting every item onto a sphere (Bachrach et al. 2014):
+x_i = [q_i; b_i; sqrt(R − |[q_i; b_i]|²)] with R the largest squared norm, and the
+query y = [p_u; s_u; 0], so |x_i − y|² = R + |y|² − 2 [q_i; b_i]·[p_u; s_u] and the
+nearest items are those with the largest score. faiss's
 inverted-file index (``IndexIVFFlat``) then clusters the lifted items into about
 √n lists and scans the ``probes`` lists nearest to the query.
 
@@ -25,9 +26,10 @@ millisecond in all of them. faiss-cpu ships wheels for Linux, macOS and Windows.
 The index is built from a version's item factors and the online item biases at the
 moment of the swap, on the registry follower's thread, never on a request. Biases keep
 moving afterwards: the serving view scores the index's candidates with the current
-biases and adds every item whose bias has risen above the one it was indexed with
-(``ServingView.risen``), so an item pushed up by events since the swap is never missed
-for being indexed with its old bias.
+biases and adds every item whose bias has moved in the user's favour since it was
+indexed (``ServingView.risen``, or ``fallen`` for a user whose scale is negative), so
+an item pushed up by events since the swap is never missed for being indexed with its
+old bias.
 
 References
 ----------
@@ -47,6 +49,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
+
+from service.serving.vector import SCALE
 
 #: Training points per inverted list: faiss warns below 39; more buys little.
 _TRAIN_PER_LIST = 64
@@ -116,7 +120,7 @@ class ItemIndex(ABC):
 
     @abstractmethod
     def candidates(self, vector: np.ndarray, n: int) -> np.ndarray:
-        """Rows of about the ``n`` best items for [p_u; b_u] ``(k+1,)``, best first."""
+        """Rows of about the ``n`` best items for [p_u; b_u; s_u] ``(k+2,)``, best first."""
 
 
 class IvfIndex(ItemIndex):
@@ -127,8 +131,8 @@ class IvfIndex(ItemIndex):
     >>> rng = np.random.default_rng(0)
     >>> factors, bias = rng.normal(size=(2000, 8)), rng.normal(size=2000)
     >>> index = IvfIndex(factors, bias, IndexOptions("ann", probes=45))
-    >>> user = np.append(rng.normal(size=8), 0.0)
-    >>> exact = np.argsort(-(factors @ user[:-1] + bias))[:10]
+    >>> user = np.append(rng.normal(size=8), [0.0, 1.0])  # [p_u; b_u; s_u]
+    >>> exact = np.argsort(-(factors @ user[:-2] + bias))[:10]
     >>> len(set(index.candidates(user, 10)) & set(exact)) >= 9
     True
     """
@@ -164,7 +168,7 @@ class IvfIndex(ItemIndex):
         _single_threaded_search()
         query = np.zeros((1, self.factors + 2), dtype=np.float32)
         query[0, : self.factors] = vector[: self.factors]
-        query[0, self.factors] = 1.0
+        query[0, self.factors] = vector[SCALE]
         _, rows = self._index.search(query, min(n, self.n_items))
         found = rows[0]
         return found[found >= 0]

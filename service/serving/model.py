@@ -4,12 +4,17 @@ Retraining takes minutes; users should not wait for it. A version contributes th
 slow-moving part of a prediction, μ and the factor vectors; the fast-moving part, the
 user and item biases, is learned online from the stream:
 
-* every labelled event updates a per-user ridge regression of [p_u; b_u] against the
-  version's item factors (a (k+1)x(k+1) Gram matrix and a (k+1) vector per user), with
-  the version's p_u as the prior for the factors and zero for the bias, so a user who
-  rated items since the version was trained is scored with a vector that already
-  reflects those ratings;
-* every item keeps a shrunk mean of its residuals as its bias;
+* every labelled event updates a per-user ridge regression of [p_u; b_u; s_u] against
+  [q_i; 1; b_i] (a (k+2)x(k+2) Gram matrix and a (k+2) vector per user), with the
+  version's p_u as the prior for the factors, zero for the bias and one for s_u, so a
+  user who rated items since the version was trained is scored with a vector that
+  already reflects those ratings. s_u is the user's scale on the item biases (the
+  c_u of Koren's timeSVD++): a user who turns against the crowd, rating low what most
+  rate high, takes s_u below zero after a few ratings, where a plain bias model keeps
+  predicting the crowd's taste for them until their factors catch up;
+* every item keeps a shrunk mean of its residuals as its bias, each residual weighed
+  by its user's scale (a residual of a user with s_u = −1 says the opposite of one
+  with s_u = 1);
 * both forget: each new event of a user or item discounts what came before, so the
   newest ratings weigh most. On MovieLens this beats the version's own biases, which
   average a user's whole history (see BENCHMARKS.md).
@@ -18,7 +23,9 @@ References
 ----------
 Hu, Koren & Volinsky (2008) and Koren, Bell & Volinsky (2009) use the same closed-form
 fold-in to place users in a trained factor space without retraining; recursive least
-squares with a forgetting factor (Haykin, Adaptive Filter Theory) gives the discount.
+squares with a forgetting factor (Haykin, Adaptive Filter Theory) gives the discount;
+Koren (2009), "Collaborative filtering with temporal dynamics", scales the item bias per
+user (c_u) because users weigh an item's general appeal differently.
 
 Concurrency: one writer (the pipeline's ingest path, under its lock) learns; any number
 of readers (``/recommend``) read without a lock. After every learnt chunk the writer
@@ -42,6 +49,7 @@ from service.serving.foldin import OnlineBiases, chunk_limit, decayed_group_sums
 from service.serving.index import ItemIndex
 from service.serving.rows import LruRows
 from service.serving.topk import best_rows
+from service.serving.vector import BIAS, EXTRA, SCALE, item_scores, version_vector
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
 #: Users whose encoded rated items a version keeps (cleared whole when full).
@@ -59,8 +67,10 @@ class ServingView:
     Nothing in it is written after publication: ``item_bias`` is a fresh array per
     view and ``user_vectors`` a persistent map whose arrays are never written in place.
     With an ANN ``index`` (``service.serving.index``), ``risen`` holds the rows whose
-    online bias is above the one they were indexed with, sorted: ``recommend`` scores
-    them beside the index's candidates.
+    online bias is above the one they were indexed with and ``fallen`` those below it,
+    sorted: ``recommend`` scores the ones that gained for the user (``risen`` for a
+    user who scales item biases up, ``fallen`` for one who scales them down) beside the
+    index's candidates.
 
     ``answers`` keeps up to ``answer_limit`` top-K answers computed from this view. A
     view's scores never change and a user's rated items come as a frozenset that
@@ -77,6 +87,7 @@ class ServingView:
     user_vectors: Map[str, np.ndarray]
     index: ItemIndex | None = None
     risen: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
+    fallen: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))
     #: User → (rated items, their rows), shared by the views of one version.
     encoded: dict[str, tuple[Collection[str], np.ndarray]] = field(
         default_factory=dict, compare=False, repr=False
@@ -87,16 +98,14 @@ class ServingView:
     )
 
     def user_vector(self, user_id: str) -> np.ndarray | None:
-        """[p_u; b_u] (k+1,) of a folded-in user or a user of the version, else None."""
+        """[p_u; b_u; s_u] (k+2,) of a folded-in user or a user of the version, else None."""
         vector = self.user_vectors.get(user_id)
         if vector is not None:
             return vector
         model = self.model
         if model is None or user_id not in model.user_index:
             return None
-        prior = np.zeros(model.factors + 1)
-        prior[:-1] = model.user_factors[model.user_index[user_id]]
-        return prior
+        return version_vector(model, model.user_index[user_id])
 
     def recommend(
         self, user_id: str, k: int, exclude_items: Collection[str] = ()
@@ -110,9 +119,7 @@ class ServingView:
             return None
         excluded = self._excluded_rows(user_id, exclude_items)
         if self.index is None:
-            scores = model.item_factors @ vector[:-1]
-            scores += self.global_mean + vector[-1]
-            scores += self.item_bias
+            scores = item_scores(model.item_factors, self.item_bias, self.global_mean, vector)
             rows, top = best_rows(scores, k, excluded)
         else:
             rows, top = self._indexed_top(vector, k, excluded)
@@ -148,7 +155,8 @@ class ServingView:
     def _indexed_top(
         self, vector: np.ndarray, k: int, excluded: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Top-``k`` rows and scores among the index's candidates and the risen items.
+        """Top-``k`` rows and scores among the index's candidates and the items whose
+        bias moved in the user's favour since indexing.
 
         The index is asked for enough candidates to fill ``k`` after the excluded ones
         are dropped; each is scored exactly, with the current biases, and ties go to
@@ -156,12 +164,12 @@ class ServingView:
         """
         assert self.index is not None and self.model is not None
         wanted = k + len(excluded)
-        pool = np.union1d(self.index.candidates(vector, wanted), self.risen)
+        gained = self.risen if vector[SCALE] >= 0 else self.fallen
+        pool = np.union1d(self.index.candidates(vector, wanted), gained)
         if len(excluded):
             pool = pool[~np.isin(pool, excluded)]
-        scores = self.model.item_factors[pool] @ vector[:-1]
-        scores += self.global_mean + vector[-1]  # as exact scoring adds, to the last bit
-        scores += self.item_bias[pool]
+        item_factors, item_bias = self.model.item_factors[pool], self.item_bias[pool]
+        scores = item_scores(item_factors, item_bias, self.global_mean, vector)
         rows, top = best_rows(scores, k)
         return pool[rows], top
 
@@ -182,6 +190,11 @@ class ServingModel:
     bias_regularization
         The same for user biases, which need far less evidence to move than a factor
         vector does, so they get their own, smaller λ.
+    scale_regularization
+        The same for the user's scale on item biases (prior 1): small, since one
+        coefficient is quickly learnt, and a user whose taste turned needs it to move
+        within a few ratings.
+
     item_bias_regularization
         The same for item biases, in ratings: an item's bias is the sum of its
         residuals over this plus their count (None: ``bias_regularization``).
@@ -224,17 +237,20 @@ class ServingModel:
         cached_answers: int = 0,
         item_bias_regularization: float | None = None,
         ranking_item_bias_regularization: float | None = None,
+        scale_regularization: float = 1.0,
     ) -> None:
         self.model = model
         self.version = version
         self.regularization = regularization
         self.bias_regularization = bias_regularization
+        self.scale_regularization = scale_regularization
         self.forgetting = forgetting
         self._chunk = chunk_limit(forgetting)
         self.rating_range = rating_range
-        self._dim = (model.factors if model is not None else 0) + 1
+        self._dim = (model.factors if model is not None else 0) + EXTRA
         self._ridge = np.full(self._dim, float(regularization))
-        self._ridge[-1] = bias_regularization
+        self._ridge[BIAS] = bias_regularization
+        self._ridge[SCALE] = scale_regularization
         dim = self._dim
         shapes = {"gram": (dim, dim), "rhs": (dim,), "prior": (dim,), "vector": (dim,)}
         self._users = LruRows(shapes, _at_least_a_chunk(max_users))
@@ -263,14 +279,15 @@ class ServingModel:
     def attach_index(self, index: ItemIndex | None) -> None:
         """Serve top-K from ``index`` (built from this version's items) from now on.
 
-        The items whose bias rose since the index read it are found once here, then
-        kept up to date as events are learnt (``_publish``).
+        The items whose bias rose or fell since the index read it are found once here,
+        then kept up to date as events are learnt (``_publish``).
         """
         view = self._view
-        risen = np.empty(0, dtype=np.int64)
+        risen = fallen = np.empty(0, dtype=np.int64)
         if index is not None:
             risen = np.flatnonzero(view.item_bias > index.indexed_bias)
-        self._view = replace(view, index=index, risen=risen, answers={})
+            fallen = np.flatnonzero(view.item_bias < index.indexed_bias)
+        self._view = replace(view, index=index, risen=risen, fallen=fallen, answers={})
 
     @property
     def online_users(self) -> int:
@@ -290,10 +307,9 @@ class ServingModel:
 
     def predict(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> np.ndarray:
         """Predicted ratings (n,) with the statistics as they are now."""
-        features = self._item_features(item_ids)
-        item_bias = self._items.values(item_ids)
+        features = self._item_features(self._factors_of(item_ids), self._items.values(item_ids))
         vectors = self._user_vectors(user_ids)
-        raw = self.global_mean + item_bias + np.einsum("nd,nd->n", features, vectors)
+        raw = self.global_mean + np.einsum("nd,nd->n", features, vectors)
         return np.clip(raw, *self.rating_range)
 
     def learn(self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray) -> None:
@@ -323,9 +339,9 @@ class ServingModel:
     def predict_then_learn_vectors(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """``predict_then_learn``, also returning each event's user vector [p_u; b_u].
+        """``predict_then_learn``, also returning each event's user vector [p_u; b_u; s_u].
 
-        Vector j (``n x k+1``) is the one event j was predicted with, learnt from every
+        Vector j (``n x k+2``) is the one event j was predicted with, learnt from every
         earlier event and not from j: prequential ranking scores the catalogue with it,
         at the same granularity as the rating prediction.
         """
@@ -353,11 +369,14 @@ class ServingModel:
         users = self._users
         rows = users.rows_for(user_ids)
         self._give_priors()
-        features = self._item_features(item_ids)
         current = users["vector"][rows]
-        residuals = ratings - mean - np.einsum("nd,nd->n", features[:, :-1], current[:, :-1])
-        item_bias = self._items.learn_sequential(item_ids, residuals - current[:, -1])
-        target = ratings - mean - item_bias
+        # What is left for s_u · b_i once μ, the factors and b_u have spoken.
+        factors = self._factors_of(item_ids)
+        residuals = ratings - mean - np.einsum("nd,nd->n", factors, current[:, :BIAS])
+        residuals -= current[:, BIAS]
+        item_bias = self._items.learn_sequential(item_ids, residuals, weights=current[:, SCALE])
+        features = self._item_features(factors, item_bias)
+        target = ratings - mean
         outer = features[:, :, None] * features[:, None, :]
         sums = decayed_group_sums(rows, [outer, features * target[:, None]], self.forgetting)
         weight, gram, rhs = sums.stored_weight, users["gram"], users["rhs"]
@@ -366,9 +385,7 @@ class ServingModel:
         right = weight[:, None] * rhs[rows] + sums.before[1]
         right += self._ridge * users["prior"][rows]
         vectors = np.linalg.solve(system, right[..., None])[..., 0]
-        predictions = np.clip(
-            mean + item_bias + np.einsum("nd,nd->n", features, vectors), *self.rating_range
-        )
+        predictions = np.clip(mean + np.einsum("nd,nd->n", features, vectors), *self.rating_range)
         unique, final = sums.unique_rows, sums.final_weight
         gram[unique] = final[:, None, None] * gram[unique] + sums.totals[0]
         rhs[unique] = final[:, None] * rhs[unique] + sums.totals[1]
@@ -402,7 +419,7 @@ class ServingModel:
         touched = list(dict.fromkeys(item_ids))
         evicted = self._items.evict()
         view = self._view
-        item_bias, risen = view.item_bias, view.risen
+        item_bias, risen, fallen = view.item_bias, view.risen, view.fallen
         if self.model is not None:
             item_bias = item_bias.copy()
             rows = self.model.encode_items(touched + evicted)
@@ -413,13 +430,14 @@ class ServingModel:
             )
             values = np.concatenate([ranked, prior[len(touched) :]])
             item_bias[rows[known]] = values[known]
-            risen = _risen(view, rows[known], item_bias)
+            risen, fallen = _moved(view, rows[known], item_bias)
         self._view = replace(
             view,
             global_mean=self.global_mean,
             item_bias=item_bias,
             user_vectors=user_vectors,
             risen=risen,
+            fallen=fallen,
             answers={},
         )
 
@@ -437,7 +455,7 @@ class ServingModel:
         return np.where(counts > 0, earlier / np.maximum(counts, 1), midpoint)
 
     def user_vector(self, user_id: str) -> np.ndarray | None:
-        """[p_u; b_u] (k+1,) for a user with a model row or folded-in ratings, else None."""
+        """[p_u; b_u; s_u] (k+2,) for a user with a model row or folded-in ratings, else None."""
         vector = self._view.user_vector(user_id)
         return None if vector is None else vector.copy()
 
@@ -463,31 +481,46 @@ class ServingModel:
         return vectors
 
     def _model_priors(self, user_ids: Sequence[str]) -> np.ndarray:
+        """[p_u; 0; 1] per user (zero factors for users the version lacks)."""
         priors = np.zeros((len(user_ids), self._dim))
+        priors[:, SCALE] = 1.0
         if self.model is None:
             return priors
         users = self.model.encode_users(list(user_ids))
         known = users >= 0
-        priors[known, :-1] = self.model.user_factors[users[known]]
+        priors[known, :BIAS] = self.model.user_factors[users[known]]
         return priors  # biases start from zero: see the class docstring
 
-    def _item_features(self, item_ids: Sequence[str]) -> np.ndarray:
-        """[q_i; 1] (n x k+1); items the version lacks have no factors."""
-        features = np.zeros((len(item_ids), self._dim))
-        features[:, -1] = 1.0
+    def _factors_of(self, item_ids: Sequence[str]) -> np.ndarray:
+        """q_i (n x k); items the version lacks have zero factors."""
+        factors = np.zeros((len(item_ids), self._dim - EXTRA))
         if self.model is not None:
             items = self.model.encode_items(list(item_ids))
             known = items >= 0
-            features[known, :-1] = self.model.item_factors[items[known]]
+            factors[known] = self.model.item_factors[items[known]]
+        return factors
+
+    def _item_features(self, factors: np.ndarray, item_bias: np.ndarray) -> np.ndarray:
+        """[q_i; 1; b_i] (n x k+2), what a user vector [p_u; b_u; s_u] multiplies."""
+        features = np.empty((len(factors), self._dim))
+        features[:, :BIAS] = factors
+        features[:, BIAS] = 1.0
+        features[:, SCALE] = item_bias
         return features
 
 
-def _risen(view: ServingView, rows: np.ndarray, item_bias: np.ndarray) -> np.ndarray:
-    """``view.risen`` after the biases of ``rows`` changed to ``item_bias[rows]``."""
+def _moved(
+    view: ServingView, rows: np.ndarray, item_bias: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """``view.risen`` and ``view.fallen`` after the biases of ``rows`` changed to
+    ``item_bias[rows]``."""
     if view.index is None:
-        return view.risen
-    up = item_bias[rows] > view.index.indexed_bias[rows]
-    return np.union1d(np.setdiff1d(view.risen, rows, assume_unique=True), rows[up])
+        return view.risen, view.fallen
+    indexed = view.index.indexed_bias[rows]
+    up, down = item_bias[rows] > indexed, item_bias[rows] < indexed
+    risen = np.union1d(np.setdiff1d(view.risen, rows, assume_unique=True), rows[up])
+    fallen = np.union1d(np.setdiff1d(view.fallen, rows, assume_unique=True), rows[down])
+    return risen, fallen
 
 
 def _at_least_a_chunk(limit: int | None) -> int | None:

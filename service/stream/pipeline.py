@@ -825,6 +825,7 @@ class Pipeline:
             bias_regularization=self.settings.fold_in_bias_regularization,
             item_bias_regularization=self.settings.fold_in_item_bias_regularization,
             ranking_item_bias_regularization=self.settings.ranking_item_bias_regularization,
+            scale_regularization=self.settings.fold_in_scale_regularization,
             forgetting=self.settings.fold_in_forgetting,
             rating_range=(self.settings.rating_min, self.settings.rating_max),
             max_users=self.settings.serving_max_users,

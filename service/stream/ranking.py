@@ -31,6 +31,7 @@ from drift.ranking import (
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
 from service.serving.model import ServingView
+from service.serving.vector import BIAS, EXTRA
 from service.store.events import NewEvent
 
 #: A labelled event outside the sample, in the per-event pending ranks.
@@ -115,7 +116,8 @@ class CatalogueRanker:
         model
             The version whose items are ranked.
         user_vectors
-            Each event's user vector [p_u; b_u] (``m x k+1``).
+            Each event's user vector [p_u; b_u; s_u] (``m x k+2``,
+            ``service.serving.vector``).
         placed
             Which users the model could place ``(m,)``; the others are ``NOT_RANKED``.
         item_ids
@@ -128,10 +130,12 @@ class CatalogueRanker:
         if model is not self._model:
             self._model, self._encoded = model, {}
             self._factors_t = np.ascontiguousarray(model.item_factors.T)
-        factors = np.ascontiguousarray(user_vectors[:, :-1])
-        scores = np.einsum("md,dn->mn", factors, self._factors_t)
-        scores += item_bias  # in place: a fresh m x n temporary costs more than the sum
-        scores += (global_mean + user_vectors[:, -1])[:, None]
+        # [p_u; s_u] · [q_i; b_i] in one product: a separate s_u · b_i term would cost
+        # a fresh m x n temporary, more than the extra row of the item matrix.
+        scaled = np.ascontiguousarray(np.delete(user_vectors, BIAS, axis=1))
+        items = np.vstack([self._factors_t, item_bias[None, :]])
+        scores = np.einsum("md,dn->mn", scaled, items)
+        scores += (global_mean + user_vectors[:, BIAS])[:, None]
         targets = model.encode_items(list(item_ids))
         targets[~placed] = -1
         exclusions = [self._rows(model, rated) for rated in excluded]
@@ -286,7 +290,7 @@ class PrequentialRanking:
         held = [view.user_vector(user) for user in users]
         placed = returning | np.array([vector is not None for vector in held], dtype=bool)
         if vectors is None:
-            vectors = np.zeros((len(users), model.factors + 1))
+            vectors = np.zeros((len(users), model.factors + EXTRA))
             for position, vector in enumerate(held):
                 if vector is not None:
                     vectors[position] = vector
@@ -312,7 +316,8 @@ class PrequentialRanking:
         if not placed.any():
             return np.full(len(users), NOT_RANKED, dtype=np.int64)
         known = np.where(placed, rows, rows[placed][0])
-        vectors = np.column_stack([model.user_factors[known], model.user_bias[known]])
+        scale = np.ones(len(known))  # the version's own score: μ + b_u + b_i + q_i · p_u
+        vectors = np.column_stack([model.user_factors[known], model.user_bias[known], scale])
         return self._static.ranks(
             model,
             vectors,

@@ -13,6 +13,7 @@ import pytest
 from benchmarks.bench.catalogue import synthetic_version
 from service.serving.index import IndexOptions, ItemIndex, IvfIndex, build_index
 from service.serving.model import ServingModel
+from service.serving.vector import BIAS, SCALE
 
 
 class StaleExactIndex(ItemIndex):
@@ -26,7 +27,7 @@ class StaleExactIndex(ItemIndex):
         self.item_factors = item_factors
 
     def candidates(self, vector: np.ndarray, n: int) -> np.ndarray:
-        scores = self.item_factors @ vector[:-1] + self.indexed_bias
+        scores = self.item_factors @ vector[:BIAS] + vector[SCALE] * self.indexed_bias
         return np.argsort(-scores, kind="stable")[:n]
 
 
@@ -41,8 +42,8 @@ def test_the_ivf_index_finds_the_exact_top_10_on_a_clustered_catalogue() -> None
     index = IvfIndex(model.item_factors, bias, IndexOptions("ann", probes=32))
     recalls = []
     for user in range(300):
-        vector = np.append(model.user_factors[user], 0.0)
-        exact = np.argsort(-(model.item_factors @ vector[:-1] + bias))[:10]
+        vector = np.append(model.user_factors[user], [0.0, 1.0])  # [p_u; b_u; s_u]
+        exact = np.argsort(-(model.item_factors @ vector[:BIAS] + bias))[:10]
         recalls.append(len(set(index.candidates(vector, 10)) & set(exact)) / 10)
     assert np.mean(recalls) >= 0.95
     assert index.lists == round(np.sqrt(model.n_items))
@@ -77,7 +78,7 @@ def test_an_item_whose_bias_rose_after_indexing_is_recommended_as_exact_scoring_
     assert vector is not None
     # The item this user ranks 30th, pushed up by many users rating it 5: a perfect
     # index over the old biases never offers it among 10 candidates.
-    order = np.argsort(-(model.item_factors @ vector[:-1]), kind="stable")
+    order = np.argsort(-(model.item_factors @ vector[:BIAS]), kind="stable")
     pushed = model.item_ids[int(order[29])]
     raters = [f"u{i}" for i in range(2, 200)]
     serving.learn(raters, [pushed] * len(raters), np.full(len(raters), 5.0))
@@ -131,3 +132,35 @@ def test_a_view_without_a_version_has_nothing_to_index() -> None:
     serving = ServingModel(None, None)
     serving.attach_index(None)
     assert serving.recommend("anyone", 5) is None
+
+
+def test_an_item_whose_bias_fell_is_offered_to_a_user_who_scales_biases_down() -> None:
+    """A user with a negative scale on item biases gains from an item's fall: the view
+    scores the fallen items beside the index's candidates for such a user, as exact
+    scoring would rank them."""
+    serving = _serving()
+    model = serving.model
+    assert model is not None
+    items = model.item_ids
+    crowd = [f"u{i}" for i in range(2, 200)]
+    # The crowd's taste first, so the online biases (and the index) have something to
+    # turn against; then u1 rates against it until its scale is negative.
+    for k in range(0, 40, 2):
+        serving.learn(crowd, [items[k]] * len(crowd), np.full(len(crowd), 5.0))
+        serving.learn(crowd, [items[k + 1]] * len(crowd), np.full(len(crowd), 0.5))
+    serving.learn(["u1"] * 40, list(items[:40]), np.array([0.5, 5.0] * 20))
+    vector = serving.view.user_vector("u1")
+    assert vector is not None and vector[SCALE] < 0
+    serving.attach_index(StaleExactIndex(model.item_factors, serving.view.item_bias))
+    rated = frozenset(items[:40])
+    exact_order = np.argsort(
+        -(model.item_factors @ vector[:BIAS] + vector[SCALE] * serving.view.item_bias),
+        kind="stable",
+    )
+    pushed = next(items[int(row)] for row in exact_order[29:] if items[int(row)] not in rated)
+    serving.learn(crowd, [pushed] * len(crowd), np.full(len(crowd), 0.5))
+    assert model.item_index[pushed] in serving.view.fallen.tolist()
+    with_index = serving.recommend("u1", 10, rated)
+    assert with_index is not None and pushed in [item for item, _ in with_index]
+    serving.attach_index(None)
+    assert with_index == serving.recommend("u1", 10, rated)

@@ -127,7 +127,10 @@ def test_a_pipeline_restarted_mid_drift_raises_the_alert_where_an_uninterrupted_
         if keep_state:
             first = _alerts(after)
             assert first, "no alert after the restart"
-            assert first[0] == expected[0]
+            # The restart replays the fold-in in other batches, which moves item biases
+            # a little (ServingModel's documented approximation): the same alert, to
+            # within a heartbeat.
+            assert abs(first[0] - expected[0]) <= HEARTBEAT
         else:
             assert _alerts(after) == []  # what a restart without the saved state sees
 

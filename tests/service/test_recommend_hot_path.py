@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from service.app import build_pipeline
@@ -65,13 +66,15 @@ def test_recommend_answers_known_and_unknown_users_without_the_database(
 
 def test_an_ingested_event_is_in_the_next_answer(pipeline: Pipeline) -> None:
     before = pipeline.recommend("u3", 5)
+    vector = pipeline.serving.view.user_vector("u3")
     best, score = before.items[0]
     pipeline.ingest([NewEvent("u3", best, 1.0)])
     after = pipeline.recommend("u3", 5)
     assert best not in [item for item, _ in after.items]
+    assert not np.array_equal(pipeline.serving.view.user_vector("u3"), vector)
     scores_before, scores_after = dict(before.items), dict(after.items)
     shared = set(scores_before) & set(scores_after)
-    assert shared and all(scores_before[i] != scores_after[i] for i in shared)
+    assert all(scores_before[i] != scores_after[i] for i in shared)
 
     top = pipeline.recommend("new-user", 3).items[0][0]
     pipeline.ingest([NewEvent("new-user", top)])  # implicit: no rating, no fold-in

@@ -7,6 +7,7 @@ import pytest
 
 from functions.mf import BiasedMF
 from service.serving.model import ServingModel
+from service.serving.vector import BIAS, SCALE, item_scores
 from tests.support.synthetic import stationary_stream
 
 #: Users left out of the fitted model, to be folded in by the server.
@@ -65,9 +66,10 @@ def test_without_a_model_predictions_are_the_running_mean_plus_biases() -> None:
     user_a = serving.predict(["a"], ["new-item"])[0] - mean
     item_x = serving.predict(["stranger"], ["x"])[0] - mean
     assert serving.predict(["a"], ["x"])[0] == pytest.approx(mean + user_a + item_x)
-    vector = serving.user_vector("a")
-    assert vector is not None and vector.shape == (1,)
-    assert user_a == pytest.approx(float(vector[0]))
+    vector = serving.user_vector("a")  # [b_u; s_u]: no factors without a version
+    assert vector is not None and vector.shape == (2,)
+    assert user_a == pytest.approx(float(vector[BIAS]))
+    assert vector[SCALE] == pytest.approx(1.0)  # every item was new when "a" rated it
     # "a" rated above the mean, "b" below it.
     assert user_a > 0
     assert serving.predict(["b"], ["new-item"])[0] < mean
@@ -150,6 +152,34 @@ def test_predict_then_learn_predicts_before_it_learns(model: BiasedMF) -> None:
 
 def test_predict_then_learn_of_nothing_returns_nothing(model: BiasedMF) -> None:
     assert ServingModel(model, "v0001").predict_then_learn([], [], np.empty(0)).shape == (0,)
+
+
+def test_a_user_who_turns_against_the_crowd_takes_a_negative_scale(model: BiasedMF) -> None:
+    """Items the crowd rates well or badly (their online biases), then a user who rates
+    them the other way round: after a handful of ratings the user's scale on item
+    biases is negative, so an item the crowd loves is predicted low for that user and
+    ranked below one the crowd dislikes."""
+    serving = ServingModel(model, "v", rating_range=(0.5, 5.0))
+    items = [f"i{k}" for k in range(20)]
+    crowd = [f"u{k}" for k in range(10, 90)]
+    loved = {item: k % 2 == 0 for k, item in enumerate(items)}
+    for user in crowd:
+        ratings = np.array([4.8 if loved[item] else 1.2 for item in items])
+        serving.learn([user] * len(items), items, ratings)
+    contrarian = [item for item in items[:12]]
+    serving.learn(
+        ["u1"] * len(contrarian),
+        contrarian,
+        np.array([1.0 if loved[item] else 4.5 for item in contrarian]),
+    )
+    vector = serving.user_vector("u1")
+    assert vector is not None and vector[SCALE] < 0
+    unseen_loved, unseen_hated = "i12", "i13"
+    loved_for_u1, hated_for_u1 = serving.predict(["u1", "u1"], [unseen_loved, unseen_hated])
+    assert loved_for_u1 < hated_for_u1
+    assert serving.predict(["u90"], [unseen_loved])[0] > serving.predict(["u90"], [unseen_hated])[0]
+    ranked = [item for item, _ in serving.recommend("u1", 60, frozenset(contrarian)) or []]
+    assert ranked.index(unseen_hated) < ranked.index(unseen_loved)
 
 
 # -- sequential equivalence ----------------------------------------------------------
@@ -236,8 +266,9 @@ def test_without_a_model_a_batch_behaves_like_single_events() -> None:
 def test_new_users_vectors_match_a_direct_ridge_solve_across_chunks(model: BiasedMF) -> None:
     """3,000 single-event newcomers (more than one 2,048-event chunk) against a direct
     computation: each item's online bias is the shrunk, forgetting mean of the earlier
-    residuals r − μ (a newcomer's vector starts at zero), and each newcomer's [p; b]
-    solves (f fᵀ + diag(λ)) x = f (r − μ − b_item), with f = [q_item; 1]."""
+    residuals r − μ (a newcomer's vector starts at [0; 0; 1]), and each newcomer's
+    [p; b; s] solves (f fᵀ + diag(λ)) x = f (r − μ) + diag(λ) x₀, with f = [q_item; 1;
+    b_item] and x₀ = [0; 0; 1]."""
     n, reg, bias_reg, forgetting = 3000, 10.0, 3.0, 0.9
     users = [f"new{k}" for k in range(n)]
     items = [f"i{k % 60}" for k in range(n)]
@@ -248,14 +279,15 @@ def test_new_users_vectors_match_a_direct_ridge_solve_across_chunks(model: Biase
     serving.learn(users, items, ratings)
 
     mean = float(model.global_mean)
-    ridge = np.diag([reg] * model.factors + [bias_reg])
+    ridge = np.diag([reg] * model.factors + [bias_reg, serving.scale_regularization])
+    start = np.append(np.zeros(model.factors + 1), 1.0)
     weighted_sum: dict[str, float] = {}
     weight: dict[str, float] = {}
     for user, item, rating in zip(users, items, ratings, strict=True):
         item_bias = weighted_sum.get(item, 0.0) / (bias_reg + weight.get(item, 0.0))
-        features = np.append(model.item_factors[model.item_index[item]], 1.0)
+        features = np.append(model.item_factors[model.item_index[item]], [1.0, item_bias])
         expected = np.linalg.solve(
-            np.outer(features, features) + ridge, features * (rating - mean - item_bias)
+            np.outer(features, features) + ridge, features * (rating - mean) + ridge @ start
         )
         if user in ("new0", "new1500", "new2047", "new2048", "new2999"):
             np.testing.assert_allclose(serving.user_vector(user), expected, rtol=0, atol=1e-9)
@@ -278,7 +310,7 @@ def test_the_least_recently_seen_users_are_evicted_and_fall_back_to_the_version(
         )
     assert serving.online_users == 5000
     assert serving._users.capacity <= 5000 + 4096
-    prior = np.append(model.user_factors[model.user_index["u50"]], 0.0)
+    prior = np.append(model.user_factors[model.user_index["u50"]], [0.0, 1.0])
     assert not np.allclose(folded, prior)
     np.testing.assert_allclose(serving.user_vector("u50"), prior)  # evicted: the version's
     assert serving.user_vector("new0") is None  # evicted newcomer: unknown again
@@ -394,7 +426,7 @@ def test_recommend_follows_the_folded_in_vector(model: BiasedMF) -> None:
     assert recommended is not None
     vector = serving.user_vector("newcomer")
     assert vector is not None
-    scores = model.item_factors @ vector[:-1] + vector[-1] + serving.view.item_bias
+    scores = item_scores(model.item_factors, serving.view.item_bias, 0.0, vector)
     best = np.argsort(-scores, kind="stable")[:3]
     assert [item for item, _ in recommended] == [model.item_ids[r] for r in best]
 
