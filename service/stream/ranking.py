@@ -212,7 +212,7 @@ class PrequentialRanking:
             serving model, as the RMSE's static track predicts with it.
         vectors
             The user vector [p_u; b_u; s_u] each labelled event was predicted with
-            (``n_labelled x k+1``, ``ServingModel.predict_then_learn_vectors``), so a
+            (``n_labelled x k+2``, ``ServingModel.predict_then_learn_vectors``), so a
             user's earlier events in the batch count, as they do for the RMSE; None
             scores with the view's vectors.
         """
