@@ -269,12 +269,14 @@ class Settings(BaseSettings):
         ),
     )
     ranking_item_bias_regularization: float = Field(
-        30.0,
+        150.0,
         gt=0,
         description=(
             "How far ranking (top-K, hit-rate@10) shrinks an item's online residuals towards "
             "the serving version's item bias, in ratings: a larger value keeps items with a "
-            "handful of high ratings off every list; predictions never read it."
+            "handful of high ratings off every list; predictions never read it (bench drift: "
+            "150 ranked at least as well as 30 in all ten runs, hit-rate@10 0.019 -> 0.031 "
+            "after a taste inversion on MovieLens)."
         ),
     )
     fold_in_forgetting: float = Field(0.95, gt=0, le=1)
