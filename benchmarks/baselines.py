@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import numpy as np
 from river import optim, reco
 
-from drift.ranking import DEFAULT_K, NOT_RANKED, RankingSampler, RankingTracker, rank_of
+from drift.ranking import DEFAULT_K, NOT_RANKED, RankingSampler, RankingTracker, hits, rank_of
 
 
 def river_biased_mf(seed: int = 42) -> reco.BiasedMF:
@@ -110,6 +110,8 @@ class RiverTrack:
         self._squared_error = 0.0
         self.sampler = ranking
         self.ranker = RiverRanker(self.model)
+        #: (index in the stream, rank) of every ranked event, for rates over a segment.
+        self.ranked: list[tuple[int, int]] = []
 
     def process(
         self,
@@ -130,7 +132,9 @@ class RiverTrack:
             if ranked[position]:
                 began = time.perf_counter()
                 self.ranker.learnt(users[synced:position], items[synced:position])
-                self.ranker.tracker.record("river", [self.ranker.rank(user, item)])
+                rank = self.ranker.rank(user, item)
+                self.ranker.tracker.record("river", [rank])
+                self.ranked.append((self.count + position, rank))
                 synced = position
                 ranking += time.perf_counter() - began
             predictions[position] = min(high, max(low, model.predict_one(user, item)))
@@ -164,6 +168,13 @@ class RiverTrack:
     @property
     def rmse(self) -> float | None:
         return float(np.sqrt(self._squared_error / self.count)) if self.count else None
+
+    def hit_rate_since(self, index: int) -> float | None:
+        """Hit-rate@10 over the ranked events from stream position ``index`` on."""
+        ranks = [rank for at, rank in self.ranked if at >= index]
+        if not ranks:
+            return None
+        return float(hits(np.asarray(ranks, dtype=np.int64), self.ranker.tracker.k).mean())
 
     @property
     def hit_rate(self) -> float | None:

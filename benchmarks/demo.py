@@ -31,6 +31,8 @@ from benchmarks.broker import EmbeddedBroker
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.scenarios import plant
+from drift.ranking import RankingSampler
+from service.settings import Settings
 
 #: Longest wait for a running job before the next batch: the service retrains off the
 #: ingest path, but a replay hundreds of times faster than the real stream would
@@ -59,6 +61,7 @@ def replay(
                     stream.user_ids[start:stop],
                     stream.item_ids[start:stop],
                     stream.ratings[start:stop],
+                    stream.timestamps[start:stop],
                 )
             )
             progress.update(task, advance=len(events))
@@ -90,6 +93,7 @@ def replay_kafka(
                     stream.user_ids[start:stop],
                     stream.item_ids[start:stop],
                     stream.ratings[start:stop],
+                    stream.timestamps[start:stop],
                 )
             )
             progress.update(task, completed=client.get("/healthz").json()["events_stored"])
@@ -112,7 +116,11 @@ def wait_for_jobs(client: httpx.Client, timeout: float = 120.0) -> None:
 
 
 def drift_table(
-    client: httpx.Client, onset: int, stream: RatingStream, river_predictions: np.ndarray
+    client: httpx.Client,
+    onset: int,
+    stream: RatingStream,
+    river_predictions: np.ndarray,
+    river: RiverTrack,
 ) -> Table:
     """The planted drift: alerts with their delay and segments, accuracy after the
     onset for each model, and what the jobs it started cost."""
@@ -138,6 +146,9 @@ def drift_table(
     table.add_row("RMSE after the onset, river BiasedMF", f"{np.sqrt(errors.mean()):.4f}")
     for label, key in (("Driftline", "hit_rate"), ("never retrained", "static_hit_rate")):
         table.add_row(f"hit-rate@10 after the onset, {label}", _pooled_rate(beats, key))
+    river_rate = river.hit_rate_since(onset)
+    river_cell = "n/a" if river_rate is None else f"{river_rate:.3f}"
+    table.add_row("hit-rate@10 after the onset, river BiasedMF", river_cell)
     jobs = client.get("/jobs").json()["jobs"]
     drift_jobs = [j for j in jobs if j.get("trigger") == "drift"]
     cost = sum(j.get("cost_usd") or 0.0 for j in jobs)
@@ -289,7 +300,9 @@ def run_demo(
     if drift:
         planted = plant("sudden", stream, at=0.6)
         stream, onset = planted.stream, planted.onset
-    river = RiverTrack()
+    # river ranks the events the service ranks: the same fixed sample of liked events.
+    settings = Settings()
+    river = RiverTrack(ranking=RankingSampler(settings.ranking_sample, settings.ranking_min_rating))
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="driftline-demo-")))
         env: dict[str, str] = {}
@@ -311,6 +324,6 @@ def run_demo(
         wait_for_jobs(client)
         console.print(summary_table(client, len(stream), river))
         if onset is not None:
-            console.print(drift_table(client, onset, stream, river_predictions))
+            console.print(drift_table(client, onset, stream, river_predictions, river))
         chosen = user or Counter(stream.user_ids).most_common(1)[0][0]
         console.print(top10_table(client, chosen))
