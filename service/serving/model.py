@@ -194,7 +194,6 @@ class ServingModel:
         The same for the user's scale on item biases (prior 1): small, since one
         coefficient is quickly learnt, and a user whose taste turned needs it to move
         within a few ratings.
-
     item_bias_regularization
         The same for item biases, in ratings: an item's bias is the sum of its
         residuals over this plus their count (None: ``bias_regularization``).
