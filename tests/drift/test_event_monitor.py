@@ -79,6 +79,33 @@ def test_a_stationary_stream_of_200k_events_raises_no_alert(name: str) -> None:
     assert _feed(_monitor(name), errors, _many_users(rng, errors.size)) == []
 
 
+@pytest.mark.parametrize("persist", [4, 0])
+def test_a_rise_that_stays_clear_for_four_heartbeats_is_confirmed_by_its_persistence(
+    persist: int,
+) -> None:
+    """With the single-judgment test out of reach (``min_z`` huge), only the streak of
+    heartbeats at which the rise stayed large and ``persist_z`` clear can confirm it."""
+    rng = np.random.default_rng(4)
+    onset = 30_000
+    errors = np.r_[_squared_errors(rng, 0.9, onset), _squared_errors(rng, 0.9 * 1.2, 10_000)]
+    monitor = _monitor(DEFAULT_DETECTOR)
+    monitor.min_z, monitor.persist_heartbeats = 1e9, persist
+    alerts = _feed(monitor, errors, _many_users(rng, errors.size))
+    if persist:
+        assert alerts and onset < alerts[0].events_seen <= onset + 4_000
+    else:
+        assert alerts == []
+
+
+@pytest.mark.parametrize("name", EVENT_DETECTORS)
+def test_persistence_alone_raises_no_alert_on_200k_stationary_events(name: str) -> None:
+    rng = np.random.default_rng(5)
+    errors = _squared_errors(rng, 0.9, 200_000)
+    monitor = _monitor(name)
+    monitor.min_z = 1e9  # only the persistence rule can confirm
+    assert _feed(monitor, errors, _many_users(rng, errors.size)) == []
+
+
 @pytest.mark.parametrize("name", EVENT_DETECTORS)
 def test_one_heavy_users_session_is_not_a_drift(name: str) -> None:
     """One user rating 1,500 films the model finds hard moves the plain mean by a
