@@ -49,7 +49,14 @@ from service.serving.foldin import OnlineBiases, chunk_limit, decayed_group_sums
 from service.serving.index import ItemIndex
 from service.serving.rows import LruRows
 from service.serving.topk import best_rows
-from service.serving.vector import BIAS, EXTRA, SCALE, item_scores, version_vector
+from service.serving.vector import (
+    BIAS,
+    EXTRA,
+    SCALE,
+    item_scores,
+    version_vector,
+    version_vectors,
+)
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
 #: Users whose encoded rated items a version keeps (cleared whole when full).
@@ -481,14 +488,9 @@ class ServingModel:
 
     def _model_priors(self, user_ids: Sequence[str]) -> np.ndarray:
         """[p_u; 0; 1] per user (zero factors for users the version lacks)."""
-        priors = np.zeros((len(user_ids), self._dim))
-        priors[:, SCALE] = 1.0
         if self.model is None:
-            return priors
-        users = self.model.encode_users(list(user_ids))
-        known = users >= 0
-        priors[known, :BIAS] = self.model.user_factors[users[known]]
-        return priors  # biases start from zero: see the class docstring
+            return version_vectors(None, np.full(len(user_ids), -1))
+        return version_vectors(self.model, self.model.encode_users(list(user_ids)))
 
     def _factors_of(self, item_ids: Sequence[str]) -> np.ndarray:
         """q_i (n x k); items the version lacks have zero factors."""

@@ -39,10 +39,24 @@ def item_scores(
     return scores
 
 
+def version_vectors(model: BiasedMF | None, rows: np.ndarray, factors: int = 0) -> np.ndarray:
+    """The serving vectors of the version's user ``rows`` before any fold-in,
+    [p_u; 0; 1] (n x k+2): the online bias starts at zero, the scale at one. A row of
+    -1 (a user the version lacks) gets zero factors; without a version, ``factors``
+    says how many there are.
+
+    >>> version_vectors(None, np.array([-1, -1])).tolist()
+    [[0.0, 1.0], [0.0, 1.0]]
+    """
+    k = model.factors if model is not None else factors
+    vectors = np.zeros((len(rows), k + EXTRA))
+    vectors[:, SCALE] = 1.0
+    known = rows >= 0
+    if model is not None and known.any():
+        vectors[known, :BIAS] = model.user_factors[rows[known]]
+    return vectors
+
+
 def version_vector(model: BiasedMF, row: int) -> np.ndarray:
-    """The serving vector of the version's user ``row`` before any fold-in:
-    [p_u; 0; 1] (the online bias starts at zero, the scale at one)."""
-    vector = np.zeros(model.factors + EXTRA)
-    vector[:BIAS] = model.user_factors[row]
-    vector[SCALE] = 1.0
-    return vector
+    """``version_vectors`` of one user row."""
+    return version_vectors(model, np.array([row]))[0]

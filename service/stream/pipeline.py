@@ -574,8 +574,8 @@ class Pipeline:
         lock too: requests go on being served by the old version meanwhile.
         """
         began = time.perf_counter()
-        continues_regime = self._continues_regime(loaded, trigger)
-        why = trigger or self._job_trigger(loaded)  # for the dashboard's swap event
+        why = trigger or self._job_trigger(loaded)  # also the dashboard's swap event's
+        continues_regime = self._continues_regime(why, explicit=trigger is not None)
         serving = self._serving_for(loaded)
         caught_up_to = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
         for _round in range(_SWAP_CATCH_UP_ROUNDS):
@@ -640,20 +640,13 @@ class Pipeline:
             "waiting_for": self.policy.waiting_for(self.labelled_seen, since),
         }
 
-    def _continues_regime(self, loaded: LoadedVersion, trigger: str | None = None) -> bool:
-        """Whether ``loaded`` was trained on a schedule over the stream the serving
-        version saw (the monitor keeps its reference), rather than after a drift
-        alert, as the first model, by hand or rolled back to (the monitor starts afresh)."""
-        if trigger is not None:
-            return trigger not in NEW_REGIME_TRIGGERS
-        job_id = loaded.row.get("job_id")
-        if job_id is None or self.current is None:
-            return False
-        try:
-            with self.db.connect() as conn:
-                trigger = job_trigger(conn, int(job_id))
-        except SQLAlchemyError:
-            log.exception("reading the trigger of job %s", job_id)
+    def _continues_regime(self, trigger: str | None, *, explicit: bool) -> bool:
+        """Whether a version swapped in for ``trigger`` was trained on a schedule over
+        the stream the serving version saw (the monitor keeps its reference), rather
+        than after a drift alert, as the first model, by hand or rolled back to (the
+        monitor starts afresh). A trigger read from the version's job (not ``explicit``)
+        continues nothing while no version serves, nor when the store cannot say."""
+        if trigger is None or (not explicit and self.current is None):
             return False
         return trigger not in NEW_REGIME_TRIGGERS
 

@@ -35,23 +35,17 @@
   /* What the accuracy chart marks (alerts, swaps, job spans, threshold), as drawn. */
   charts.marks = function () { return accuracy.data; };
 
-  function columns(series) {
+  /* uPlot's columns: events seen, then the serving and never-retrained models' figure. */
+  function columnsOf(series, key) {
     const beats = series.heartbeats;
     return [
       beats.map(function (b) { return b.events_seen; }),
-      beats.map(function (b) { return b.rmse; }),
-      beats.map(function (b) { return b.static_rmse; }),
+      beats.map(function (b) { return b[key]; }),
+      beats.map(function (b) { return b["static_" + key]; }),
     ];
   }
-
-  function hitColumns(series) {
-    const beats = series.heartbeats;
-    return [
-      beats.map(function (b) { return b.events_seen; }),
-      beats.map(function (b) { return b.hit_rate; }),
-      beats.map(function (b) { return b.static_hit_rate; }),
-    ];
-  }
+  function columns(series) { return columnsOf(series, "rmse"); }
+  function hitColumns(series) { return columnsOf(series, "hit_rate"); }
 
   /* Markers, spans and the band drawn on the canvas after each redraw. */
   function overlay(u) {
