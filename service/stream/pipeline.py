@@ -835,6 +835,12 @@ class Pipeline:
         items = 0 if view.model is None else view.model.n_items
         return view.index is not None or items < self.index_options.min_items
 
+    @property
+    def recommend_searches_index(self) -> bool:
+        """Whether ``recommend`` asks an item index now (which searches without
+        holding the interpreter) rather than scoring the catalogue."""
+        return self.serving.view.index is not None
+
     def recommend(self, user_id: str, k: int) -> Recommendation:
         """Top-``k`` unseen items; users the model cannot place get what is popular now.
 

@@ -5,6 +5,8 @@ along), a user who posts an event and then asks for recommendations gets an answ
 that already leaves the event's item out and scores with the user's updated vector;
 a stranger's implicit event leaves its item out of the popular list at once. With an
 API key, as deployed: the fast path and the FastAPI route must agree on who may read.
+Both with every item scored and with an item index, whose searches run off the event
+loop.
 """
 
 from __future__ import annotations
@@ -50,8 +52,9 @@ def _items(answer: httpx.Response) -> list[str]:
     return [entry["item_id"] for entry in answer.json()["items"]]
 
 
+@pytest.mark.parametrize("index", ["exact", "ann"])
 def test_each_acknowledged_event_is_reflected_in_the_next_recommendation(
-    tmp_path: Path,
+    tmp_path: Path, index: str
 ) -> None:
     data_dir = tmp_path / "data"
     admin, reader = _keys(data_dir)
@@ -72,7 +75,7 @@ def test_each_acknowledged_event_is_reflected_in_the_next_recommendation(
                 ]
                 client.post("/ingest", json={"events": events}).raise_for_status()
 
-    with ServerProcess(data_dir, env=ENV) as server:
+    with ServerProcess(data_dir, env={**ENV, "DRIFTLINE_SERVING_INDEX": index}) as server:
         write = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {admin}"})
         read = httpx.Client(base_url=server.url, headers={"Authorization": f"Bearer {reader}"})
         write.post("/ingest", json={"events": stream}).raise_for_status()
