@@ -5,7 +5,9 @@ One JSON object per job under ``configurator/jobs/``, keyed by the job: its cont
 the residual GPs' hyper-parameters when the job ended. A new job reads the newest few:
 their epochs become observations with their own context as an input (the surrogate
 sees the window size), and the hyper-parameters seed its GPs. One object per job means
-replicas sharing a store never overwrite each other's.
+replicas sharing a store never overwrite each other's. Only the newest are read, so a
+save also deletes all but the newest ``KEEP_STORED`` jobs: the store stays flat however
+many jobs run.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ PREFIX = "configurator/jobs/"
 #: Jobs read back, newest first, and epochs kept of each.
 KEEP_JOBS = 8
 KEEP_EPOCHS = 60
+#: Jobs' objects kept in the store: the ones read back, and as many again, so a replica
+#: reading while another saves and prunes still finds what it listed.
+KEEP_STORED = 2 * KEEP_JOBS
 
 
 class BlobStore(Protocol):
@@ -33,6 +38,8 @@ class BlobStore(Protocol):
     def get(self, key: str) -> bytes: ...
 
     def list(self, prefix: str) -> list[str]: ...
+
+    def delete(self, key: str) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -106,6 +113,17 @@ class History:
             self.store.put(f"{PREFIX}{job.job_id}.json", trimmed.to_json())
         except Exception as exc:
             log.warning("configurator: could not keep job %s's observations: %s", job.job_id, exc)
+            return
+        self._prune()
+
+    def _prune(self) -> None:
+        """Delete all but the newest ``KEEP_STORED`` jobs' objects (never fails a job)."""
+        try:
+            keys = sorted(self.store.list(PREFIX), key=_job_number, reverse=True)
+            for key in keys[KEEP_STORED:]:
+                self.store.delete(key)
+        except Exception as exc:
+            log.warning("configurator: could not prune past jobs: %s", exc)
 
 
 def _job_number(key: str) -> tuple[int, str]:

@@ -125,6 +125,9 @@ class MemoryStore:
     def list(self, prefix: str) -> list[str]:
         return [k for k in self.blobs if k.startswith(prefix)]
 
+    def delete(self, key: str) -> None:
+        self.blobs.pop(key, None)
+
 
 @dataclass
 class Run:

@@ -4,6 +4,7 @@ cached GP predictions equal to gpytorch's, pruning, warm start, acquisition."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,9 +13,11 @@ import torch
 from configurator import EpochConfig, History, JobContext, Observation, SearchSpace, WorkerRun
 from configurator.acquisition import log_constrained_ei, log_h
 from configurator.gp import GpOptConfigurator, GpOptSettings, _undominated
+from configurator.history import KEEP_STORED, PastEpoch, PastJob
 from configurator.performance import EpochModel, recalibrate
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
+from functions.objectstore import FileObjectStore
 
 SPACE = SearchSpace(
     memory_mb=(512, 1024, 1769),
@@ -168,26 +171,13 @@ def test_log_ei_is_finite_far_below_the_incumbent_and_ranks_by_feasibility() -> 
     assert scores[0] > scores[1]
 
 
-def test_a_warm_start_reads_earlier_jobs_and_keeps_this_ones() -> None:
-    class Store:
-        def __init__(self) -> None:
-            self.blobs: dict[str, bytes] = {}
-
-        def put(self, key: str, data: bytes) -> None:
-            self.blobs[key] = data
-
-        def get(self, key: str) -> bytes:
-            return self.blobs[key]
-
-        def list(self, prefix: str) -> list[str]:
-            return [k for k in self.blobs if k.startswith(prefix)]
-
-    store = Store()
+def test_a_warm_start_reads_earlier_jobs_and_keeps_this_ones(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path)
     first = GpOptConfigurator(
         DEFAULT, _context(), GpOptSettings(background=False), SPACE, history=History(store)
     )
     first.close(_job(first, 4))
-    assert list(store.blobs) == ["configurator/jobs/job-1.json"]
+    assert store.list("") == ["configurator/jobs/job-1.json"]
     warm = GpOptConfigurator(
         DEFAULT, _context(), GpOptSettings(background=False), SPACE, history=History(store)
     )
@@ -202,3 +192,18 @@ def test_background_refits_leave_decisions_working() -> None:
     _job(configurator, 5)
     configurator.close()
     assert len(configurator.decisions) == 5
+
+
+def test_the_store_keeps_only_the_newest_jobs_observations(tmp_path: Path) -> None:
+    store = FileObjectStore(tmp_path)
+    history = History(store)
+    epoch = PastEpoch(DEFAULT.as_dict(), 1.0, 0.001, 0.1, 1_000)
+    for number in range(1, KEEP_STORED + 6):
+        history.save(PastJob(f"job-{number}", 1_000, 8, 100, (epoch,)))
+    kept = store.list("configurator/jobs/")
+    assert len(kept) == KEEP_STORED
+    assert "configurator/jobs/job-6.json" in kept and "configurator/jobs/job-5.json" not in kept
+    assert [job.job_id for job in history.load()][:2] == [
+        f"job-{KEEP_STORED + 5}",
+        f"job-{KEEP_STORED + 4}",
+    ]
