@@ -228,7 +228,7 @@ class Retrainer:
                 return self._active
             if self._recorder.newest_event_id() == 0:
                 raise NothingToTrain("no events stored yet: nothing to train on")
-            spec = self._spec()
+            spec = self._spec().for_trigger(trigger)
             if change_after_id is not None and spec.drift_history_ratio is not None:
                 spec = replace(spec, change_after_id=change_after_id)
             job_id = self._recorder.create(trigger, spec, alert_id)

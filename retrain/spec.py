@@ -7,7 +7,7 @@ not with whatever the settings say after the restart.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
 from configurator.space import EpochConfig
@@ -44,6 +44,9 @@ class JobSpec:
     max_epochs: int = 30
     target_loss: float | None = None
     latency_cap_s: float = 600.0
+    #: A drift job's deadline when tighter than ``latency_cap_s`` (see ``for_trigger``);
+    #: None: every job has ``latency_cap_s``.
+    drift_latency_cap_s: float | None = None
     budget_usd: float | None = None
     history_sample: int = 50_000
     workers: int = 4
@@ -72,6 +75,10 @@ class JobSpec:
             raise ValueError(f"sync_ratio must be in (0, 1], got {self.sync_ratio}")
         if self.learning_rate <= 0 or self.latency_cap_s <= 0:
             raise ValueError("learning_rate and latency_cap_s must be positive")
+        if self.drift_latency_cap_s is not None and not self.drift_latency_cap_s > 0:
+            raise ValueError(
+                f"drift_latency_cap_s must be positive, got {self.drift_latency_cap_s}"
+            )
         if self.history_sample < 0 or self.regularization < 0 or self.item_bias_support < 0:
             raise ValueError(
                 "history_sample, regularization and item_bias_support must not be negative"
@@ -80,6 +87,25 @@ class JobSpec:
             raise ValueError(f"drift_history_ratio must be >= 0, got {self.drift_history_ratio}")
         if self.change_after_id is not None and self.change_after_id < 0:
             raise ValueError(f"change_after_id must be >= 0, got {self.change_after_id}")
+
+    def for_trigger(self, trigger: str) -> JobSpec:
+        """The spec of a job started for ``trigger``: a drift job's deadline is
+        ``drift_latency_cap_s`` where that is tighter.
+
+        A drift job is urgent: until it swaps in, the serving model is the one that
+        drifted. On functions, finishing sooner costs little more (the same GB-seconds
+        on more workers, plus their requests and cold starts), so the configurator
+        meets a tight deadline with more workers, while scheduled jobs keep the
+        cheaper, looser one (BENCHMARKS.md "policies").
+
+        >>> spec = JobSpec(latency_cap_s=600.0, drift_latency_cap_s=60.0)
+        >>> spec.for_trigger("drift").latency_cap_s, spec.for_trigger("refresh").latency_cap_s
+        (60.0, 600.0)
+        """
+        cap = self.drift_latency_cap_s
+        if trigger != "drift" or cap is None or cap >= self.latency_cap_s:
+            return self
+        return replace(self, latency_cap_s=cap)
 
     def as_params(self) -> dict[str, Any]:
         """The job record's ``params`` (plain JSON)."""

@@ -222,6 +222,7 @@ def job_spec(settings: Settings) -> JobSpec:
         max_epochs=s.max_epochs,
         target_loss=s.target_loss,
         latency_cap_s=s.latency_cap_seconds,
+        drift_latency_cap_s=s.drift_latency_cap_seconds,
         budget_usd=s.retrain_budget_usd,
         history_sample=s.history_sample,
         workers=s.retrain_workers,

@@ -133,7 +133,7 @@ def replay(
             continue
         window = arrived - last_end
         samples = (window + min(window * history_ratio, last_end)) * weight
-        outcome = runtime.run(float(now), samples)
+        outcome = runtime.run(float(now), samples, trigger)
         running = Job(float(now), outcome.finish_s, arrived, samples, outcome.cost_usd, trigger)
         run.jobs.append(running)
         run.cost_usd += outcome.cost_usd

@@ -50,3 +50,21 @@ def test_top_k_hits_rank_by_score_serve_unknown_users_by_item_bias_and_miss_unkn
     hits = top_k_hits(model, rows, np.array([liked, liked, disliked]), support, k=1)
     assert hits.tolist() == [True, True, False]
     assert not top_k_hits(model, np.array([0]), np.array([model.n_items]), support, k=1)[0]
+
+
+def test_a_drift_job_on_functions_meets_its_tighter_deadline_with_more_workers() -> None:
+    from benchmarks.policy_eval.runtimes import FunctionRuntime, JobModel, PeakVmRuntime
+    from functions.pricing import vm_prices
+
+    jobs = JobModel(latency_cap_s=120.0, drift_latency_cap_s=20.0)
+    samples = 2e6
+    functions = FunctionRuntime(jobs, seed=1)
+    assert functions.workers_for(samples, 20.0) > 4 * functions.workers_for(samples)
+    scheduled = functions.run(0.0, samples, "cost-aware")
+    urgent = functions.run(0.0, samples, "drift")
+    assert urgent.finish_s <= 20.0 * 1.5 < scheduled.finish_s <= 120.0 * 1.5
+    # The same GB-seconds on more workers: dearer by their overheads, not by multiples.
+    assert scheduled.cost_usd < urgent.cost_usd < 2 * scheduled.cost_usd
+    # A VM's speed is its capacity's, whatever started the job.
+    vm = PeakVmRuntime(jobs, np.full(600, 50.0), vm_prices("c5"))
+    assert vm.run(0.0, samples, "drift") == vm.run(0.0, samples, "cost-aware")

@@ -28,7 +28,7 @@ from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import add_alert, get_alert, list_alerts
 from service.store.events import NewEvent, labelled_events, uniform_labelled
-from service.store.jobs import get_job
+from service.store.jobs import get_job, list_jobs
 from service.stream.pipeline import Pipeline
 from tests.support.synthetic import stationary_stream
 
@@ -218,6 +218,19 @@ def _pairs_of(window: RatingsWindow) -> list[tuple[str, str, float]]:
     rows = list(zip(window.user_ids, window.item_ids, window.ratings.tolist(), strict=True))
     recent = FIRE_AT - CHANGE
     return rows[:-recent] + sorted(rows[-recent:])
+
+
+def test_a_drift_job_has_the_drift_deadline_and_other_jobs_the_default(
+    make_pipeline: Callable[..., Pipeline],
+) -> None:
+    pipeline = make_pipeline(latency_cap_seconds=600.0, drift_latency_cap_seconds=45.0)
+    _replay(pipeline, _events())
+    with pipeline.db.connect() as conn:
+        (alert,) = list_alerts(conn)
+        jobs = list_jobs(conn)
+    caps = {job["trigger"]: job["params"]["latency_cap_s"] for job in jobs}
+    assert caps["drift"] == 45.0 and caps["bootstrap"] == 600.0
+    assert next(j for j in jobs if j["id"] == alert["retrain_job_id"])["trigger"] == "drift"
 
 
 def test_without_a_ratio_a_drift_job_keeps_the_default_window(
