@@ -163,22 +163,56 @@ class ServingView:
         self, vector: np.ndarray, k: int, excluded: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` rows and scores among the index's candidates and the items whose
-        bias moved in the user's favour since indexing.
+        bias moved in the user's favour since indexing far enough to matter.
 
-        The index is asked for enough candidates to fill ``k`` after the excluded ones
-        are dropped; each is scored exactly, with the current biases, and ties go to
-        the lower row, as in exact scoring.
+        The index is asked for twice the candidates that fill ``k`` after the excluded
+        ones are dropped: the margin between the k-th and the last of them is what
+        keeps most moved items from needing a score (``_contenders``). Each candidate
+        is scored exactly, with the current biases, and ties go to the lower row, as
+        in exact scoring.
         """
         assert self.index is not None and self.model is not None
-        wanted = k + len(excluded)
-        gained = self.risen if vector[SCALE] >= 0 else self.fallen
-        pool = np.union1d(self.index.candidates(vector, wanted), gained)
+        wanted = 2 * k + len(excluded)
+        pool = np.sort(self.index.candidates(vector, wanted))
         if len(excluded):
             pool = pool[~np.isin(pool, excluded)]
-        item_factors, item_bias = self.model.item_factors[pool], self.item_bias[pool]
-        scores = item_scores(item_factors, item_bias, self.global_mean, vector)
+        item_factors, item_bias = self.model.item_factors, self.item_bias
+        scores = item_scores(item_factors[pool], item_bias[pool], self.global_mean, vector)
+        extra = np.setdiff1d(self._contenders(vector, pool, scores, k), pool)
+        if len(excluded) and len(extra):
+            extra = extra[~np.isin(extra, excluded)]
+        if len(extra):
+            extra_scores = item_scores(
+                item_factors[extra], item_bias[extra], self.global_mean, vector
+            )
+            pool, scores = np.concatenate([pool, extra]), np.concatenate([scores, extra_scores])
+            order = np.argsort(pool, kind="stable")
+            pool, scores = pool[order], scores[order]
         rows, top = best_rows(scores, k)
         return pool[rows], top
+
+    def _contenders(
+        self, vector: np.ndarray, pool: np.ndarray, scores: np.ndarray, k: int
+    ) -> np.ndarray:
+        """The moved items (``risen`` for a user who scales item biases up, ``fallen``
+        for one who scales them down) that could beat the ``k``-th best of ``pool``.
+
+        An item the index did not offer scored at most the lowest of ``pool`` with its
+        indexed bias; its bias has since lifted its score by s_u · (b_now − b_indexed).
+        Only a lift that closes the gap to the k-th best can put it in the answer, so
+        the others are never scored: under ingestion thousands of items move between
+        swaps, and scoring them all cost more per request than the search itself.
+        """
+        assert self.index is not None
+        scale = float(vector[SCALE])
+        gained = self.risen if scale >= 0 else self.fallen
+        if len(gained) == 0 or len(scores) < k:
+            return gained
+        indexed_bias = self.index.indexed_bias
+        lift = scale * (self.item_bias[gained] - indexed_bias[gained])
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        floor = float(np.min(scores - scale * (self.item_bias[pool] - indexed_bias[pool])))
+        return gained[lift >= kth - floor]
 
 
 class ServingModel:

@@ -7,13 +7,15 @@ misses an item whose online bias rose after the index was built.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
 from benchmarks.bench.catalogue import synthetic_version
 from service.serving.index import IndexOptions, ItemIndex, IvfIndex, build_index
 from service.serving.model import ServingModel
-from service.serving.vector import BIAS, SCALE
+from service.serving.vector import BIAS, SCALE, item_scores
 
 
 class StaleExactIndex(ItemIndex):
@@ -76,10 +78,11 @@ def test_an_item_whose_bias_rose_after_indexing_is_recommended_as_exact_scoring_
     serving.attach_index(StaleExactIndex(model.item_factors, serving.view.item_bias))
     vector = serving.view.user_vector("u1")
     assert vector is not None
-    # The item this user ranks 30th, pushed up by many users rating it 5: a perfect
-    # index over the old biases never offers it among 10 candidates.
+    # The item this user ranks 60th, pushed up by many users rating it 5: a perfect
+    # index over the old biases never offers it among the candidates asked for.
     order = np.argsort(-(model.item_factors @ vector[:BIAS]), kind="stable")
-    pushed = model.item_ids[int(order[29])]
+    pushed = model.item_ids[int(order[59])]
+    assert int(order[59]) not in serving.view.index.candidates(vector, 20).tolist()
     raters = [f"u{i}" for i in range(2, 200)]
     serving.learn(raters, [pushed] * len(raters), np.full(len(raters), 5.0))
     assert model.item_index[pushed] in serving.view.risen.tolist()
@@ -87,6 +90,39 @@ def test_an_item_whose_bias_rose_after_indexing_is_recommended_as_exact_scoring_
     assert with_index is not None and pushed in [item for item, _ in with_index]
     serving.attach_index(None)
     assert with_index == serving.recommend("u1", 10)
+
+
+def test_with_thousands_of_moved_items_only_those_that_could_win_are_scored() -> None:
+    model = synthetic_version(3000, 200, 8, seed=3)
+    # Ranking shrinks online biases as the service does (RANKING_ITEM_BIAS_REGULARIZATION).
+    serving = ServingModel(model, "v1", ranking_item_bias_regularization=150.0)
+    serving.attach_index(StaleExactIndex(model.item_factors, serving.view.item_bias))
+    rng = np.random.default_rng(4)
+    # Events on most of the catalogue: thousands of items move a little either way.
+    items = [model.item_ids[j] for j in rng.integers(0, 3000, 20_000)]
+    users = [f"u{j}" for j in rng.integers(0, 200, 20_000)]
+    serving.learn(users, items, rng.choice([2.0, 3.0, 4.0, 5.0], 20_000))
+    # The items u0 is offered 21st to 30th, just outside the 20 candidates it gets,
+    # each rated 5 a thousand times.
+    vector = serving.view.user_vector("u0")
+    index = serving.view.index
+    assert vector is not None and index is not None
+    pushed = [model.item_ids[j] for j in index.candidates(vector, 30)[20:]]
+    raters = [f"new{i % 200}" for i in range(10_000)]  # u0's own vector stays put
+    serving.learn(raters, pushed * 1000, np.full(10_000, 5.0))
+    view = serving.view
+    assert len(view.risen) > 1000
+    for user in [f"u{i}" for i in range(0, 200, 9)]:
+        vector = view.user_vector(user)  # u0 first
+        assert vector is not None
+        pool = np.sort(index.candidates(vector, 20))
+        scores = item_scores(
+            model.item_factors[pool], view.item_bias[pool], view.global_mean, vector
+        )
+        assert len(view._contenders(vector, pool, scores, 10)) < len(view.risen) / 10
+        with_index = view.recommend(user, 10)
+        exact = replace(view, index=None).recommend(user, 10)
+        assert with_index == exact
 
 
 def test_a_bias_that_falls_back_leaves_the_risen_items() -> None:
