@@ -10,7 +10,9 @@ drawn by a Zipf-like popularity) are stored before the servers start, so the fol
 gives online item biases (the index's extra coordinate) and users rated items to leave
 out. Both servers serve the same version and events; only ``SERVING_INDEX`` differs. Each
 is measured at 32 connections (throughput, and latency with queueing) and at one
-connection (``single``: a request's own latency).
+connection (``single``: a request's own latency). Last, in-process, the time of a
+request on the ANN view once as many events again have moved item biases since the index
+was built (``moved_items_cost``).
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from benchmarks.launcher import ServerProcess
 from benchmarks.load import drive
 from functions.mf import BiasedMF
 from functions.objectstore import open_object_store
+from service.serving.index import IndexOptions, build_index
+from service.serving.model import ServingModel
 from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database
@@ -135,6 +139,44 @@ def _serve(
     return figures, tops, float(built.group(2)) if built else None
 
 
+def moved_items_cost(
+    items: int, users: int, factors: int, events: int, requests: int = 500
+) -> dict[str, float]:
+    """In-process: a request's time on the ANN view once ``events`` events have moved
+    item biases since the index was built (as between two swaps under ingestion).
+
+    Every moved item is a candidate beside the index's; this measures what they cost
+    a request, with the service's ranking shrinkage and forgetting.
+    """
+    settings = Settings()
+    model = synthetic_version(items, users, factors)
+    serving = ServingModel(
+        model,
+        "v1",
+        forgetting=settings.fold_in_forgetting,
+        ranking_item_bias_regularization=settings.ranking_item_bias_regularization,
+    )
+    serving.attach_index(
+        build_index(model.item_factors, serving.view.item_bias, IndexOptions("ann"))
+    )
+    moved = _synthetic_events(model, events, seed=7)
+    serving.learn(
+        [e.user_id for e in moved],
+        [e.item_id for e in moved],
+        np.array([e.rating for e in moved]),
+    )
+    view = serving.view
+    asked = [model.user_ids[u] for u in np.random.default_rng(3).integers(0, users, requests)]
+    began = time.perf_counter()
+    for user in asked:
+        view.recommend(user, 10)
+    return {
+        "catalogue_ann_events_since_index": float(events),
+        "catalogue_ann_moved_items": float(len(view.risen) + len(view.fallen)),
+        "catalogue_ann_after_events_ms": 1000 * (time.perf_counter() - began) / requests,
+    }
+
+
 def run_catalogue(
     items: int = 1_000_000,
     *,
@@ -171,4 +213,5 @@ def run_catalogue(
         "catalogue_ann_single_p99_ms": ann["single_p99_ms"],
         "catalogue_ann_build_s": build_s,
         "catalogue_recall_at_10": float(np.mean(overlap)),
+        **moved_items_cost(items, users, factors, events),
     }

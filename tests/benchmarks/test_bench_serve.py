@@ -81,3 +81,12 @@ def test_wrk_drives_a_real_server_with_random_users(tmp_path: Path) -> None:
     with NaiveServer(tmp_path / "naive.npz", "asyncio", "h11", tmp_path / "log") as server:
         result = drive(server.url, ["a", "b", "zed"], seconds=1, connections=4, threads=1)
     assert result.requests > 0 and result.non_2xx == 0 and result.p99_ms >= result.p50_ms
+
+
+def test_the_moved_items_phase_times_requests_after_events_moved_biases() -> None:
+    from benchmarks.bench.catalogue import moved_items_cost
+
+    figures = moved_items_cost(5_000, 300, 8, 2_000, requests=20)
+    assert figures["catalogue_ann_events_since_index"] == 2_000
+    assert 0 < figures["catalogue_ann_moved_items"] <= 5_000
+    assert figures["catalogue_ann_after_events_ms"] > 0
