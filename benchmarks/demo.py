@@ -132,7 +132,11 @@ def drift_table(
         table.add_row("drift alerts", "none")
     for alert in alerts:
         delay = alert["events_seen"] - onset
-        when = f"{delay:+,} events from the onset"
+        when = (
+            f"{delay:,} events after the onset"
+            if delay >= 0
+            else f"at event {alert['events_seen']:,}, before the planted onset"
+        )
         table.add_row(
             f"alert {alert['id']}",
             f"RMSE {alert['before']:.3f} → {alert['after']:.3f}, {when}",
