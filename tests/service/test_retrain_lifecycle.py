@@ -278,11 +278,17 @@ def test_models_lists_the_versions_retention_deleted(settings: Settings) -> None
             _until(lambda url=job_url: client.get(url).json()["status"] in ENDED, "the job")
             assert client.get(job_url).json()["model_version"] == expected
             _until(lambda v=expected: client.get("/models").json()["current"] == v, expected)
+        # The follower prunes just after it swaps, so wait for that too.
+        _until(lambda: len(_deleted(client.get("/models").json())) == 2, "retention")
         models = client.get("/models").json()
-    deleted = {v["version"] for v in models["versions"] if v["deleted_at"] is not None}
+    deleted = _deleted(models)
     listed = {v["version"] for v in models["versions"]}
     # Kept: the serving version (v0004) and the static baseline (v0001).
     assert listed == {"v0001", "v0002", "v0003", "v0004"} and deleted == {"v0002", "v0003"}
+
+
+def _deleted(models: dict) -> set[str]:
+    return {v["version"] for v in models["versions"] if v["deleted_at"] is not None}
 
 
 class _Kill(BaseException):
