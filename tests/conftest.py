@@ -8,15 +8,17 @@ under the test's ``tmp_path``, or a fresh PostgreSQL schema dropped after the te
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from service.app import create_app
+from service.app import build_pipeline, create_app
 from service.settings import Settings
+from service.stream.pipeline import Pipeline
 from tests.support.databases import external_url, isolated_schema, not_configured_reason
 
 
@@ -70,3 +72,36 @@ def settings(tmp_path: Path, database_url: str) -> Settings:
 def client(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as test_client:
         yield test_client
+
+
+@pytest.fixture
+def small_pipelines(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+    """Pipelines on the test's data directory and database with small settings (a
+    bootstrap after 200 events, heartbeats of 50, two epochs on threads, no refresh, no
+    registry polling), each overridable; a second call is a restart. All are closed
+    after the test."""
+    built: list[Pipeline] = []
+
+    def make(**overrides: Any) -> Pipeline:
+        settings = Settings(
+            **{
+                "data_dir": tmp_path / "data",
+                "database_url": database_url,
+                "bootstrap_events": 200,
+                "heartbeat_events": 50,
+                "factors": 8,
+                "max_epochs": 2,
+                "refresh_events": None,
+                "retrain_runtime": "thread",
+                "registry_poll_seconds": None,
+                **overrides,
+            }
+        )
+        pipeline = build_pipeline(settings, background_retrain=False)
+        built.append(pipeline)
+        return pipeline
+
+    yield make
+    for pipeline in built:
+        pipeline.retrainer.close()
+        pipeline.db.dispose()

@@ -9,8 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator
-from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -23,12 +22,10 @@ from drift.heartbeat import Heartbeat
 from drift.monitor import DriftAlert
 from service.api.routes import dashboard_live
 from service.api.routes.dashboard_live import _resume_point, _stream
-from service.app import build_pipeline
 from service.dashboard.events import EventBuffer
-from service.settings import Settings
 from service.store.events import NewEvent
 from service.stream.pipeline import Pipeline
-from tests.support.synthetic import stationary_stream
+from tests.support.synthetic import as_new_events, stationary_stream
 
 
 class FiresOnce(DriftDetector):
@@ -53,30 +50,12 @@ class FiresOnce(DriftDetector):
 
 @pytest.fixture(scope="module")
 def events() -> list[NewEvent]:
-    stream = stationary_stream(n_users=40, n_items=30, n_events=400, seed=5)
-    return [
-        NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
-        for e in stream
-    ]
+    return as_new_events(stationary_stream(n_users=40, n_items=30, n_events=400, seed=5))
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path, database_url: str) -> Iterator[Pipeline]:
-    settings = Settings(
-        data_dir=tmp_path / "data",
-        database_url=database_url,
-        bootstrap_events=200,
-        heartbeat_events=50,
-        factors=8,
-        max_epochs=2,
-        refresh_events=None,
-        retrain_runtime="thread",
-        registry_poll_seconds=None,
-    )
-    built = build_pipeline(settings, background_retrain=False)
-    yield built
-    built.retrainer.close()
-    built.db.dispose()
+def pipeline(small_pipelines: Callable[..., Pipeline]) -> Pipeline:
+    return small_pipelines()
 
 
 def _of(pipeline: Pipeline, kind: str, after: int = 0) -> list[dict[str, Any]]:

@@ -3,61 +3,26 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
 
 import pytest
 
 from retrain.policies import ContinuumPolicy
-from service.app import build_pipeline
-from service.settings import Settings
 from service.store.events import NewEvent
 from service.store.jobs import list_jobs
 from service.stream.pipeline import Pipeline
-from tests.support.synthetic import stationary_stream
+from tests.support.synthetic import as_new_events, stationary_stream
 
 
 @pytest.fixture
 def events() -> list[NewEvent]:
-    stream = stationary_stream(n_users=40, n_items=30, n_events=400, seed=5)
-    return [
-        NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
-        for e in stream
-    ]
-
-
-@pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
-    built: list[Pipeline] = []
-
-    def make(**overrides: Any) -> Pipeline:
-        settings = Settings(
-            data_dir=tmp_path / "data",
-            database_url=database_url,
-            bootstrap_events=200,
-            heartbeat_events=50,
-            factors=8,
-            max_epochs=2,
-            refresh_events=None,
-            retrain_runtime="thread",
-            registry_poll_seconds=None,
-            **overrides,
-        )
-        pipeline = build_pipeline(settings, background_retrain=False)
-        built.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in built:
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
+    return as_new_events(stationary_stream(n_users=40, n_items=30, n_events=400, seed=5))
 
 
 def test_continuum_hears_of_the_finished_job_and_reports_its_regret(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    small_pipelines: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
-    pipeline = make_pipeline(retrain_policy="continuum", continuum_weight=10**9)
+    pipeline = small_pipelines(retrain_policy="continuum", continuum_weight=10**9)
     assert pipeline.policy_status()["waiting_for"] == "first model after 200 more labelled events"
     pipeline.ingest(events[:200])
     policy = pipeline.policy
@@ -73,10 +38,10 @@ def test_continuum_hears_of_the_finished_job_and_reports_its_regret(
 
 
 def test_continuum_hears_of_each_job_once_however_often_its_version_swaps_in(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    small_pipelines: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
     """A rollback serves an old job's version again; its duration is not a new sample."""
-    pipeline = make_pipeline(retrain_policy="continuum", continuum_weight=10**9)
+    pipeline = small_pipelines(retrain_policy="continuum", continuum_weight=10**9)
     pipeline.ingest(events[:200])
     policy = pipeline.policy
     assert isinstance(policy, ContinuumPolicy) and len(policy.jobs) == 1
@@ -86,9 +51,9 @@ def test_continuum_hears_of_each_job_once_however_often_its_version_swaps_in(
 
 
 def test_cost_aware_starts_a_batch_job_once_its_interval_passed(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    small_pipelines: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
-    pipeline = make_pipeline(retrain_policy="cost-aware", retrain_interval_s=0.5)
+    pipeline = small_pipelines(retrain_policy="cost-aware", retrain_interval_s=0.5)
     pipeline.ingest(events[:200])  # the bootstrap job
     pipeline.ingest(events[200:250])  # the interval starts
     assert pipeline.policy_status()["waiting_for"].startswith("next batch in ")
@@ -103,13 +68,13 @@ def test_cost_aware_starts_a_batch_job_once_its_interval_passed(
 
 
 def test_no_second_bootstrap_while_the_first_version_waits_for_its_swap(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    small_pipelines: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
     """A bootstrap job has published but its version is not swapped in yet (the swap
     follows the job's end): events arriving meanwhile start no second bootstrap."""
     from functions.mf import BiasedMF
 
-    pipeline = make_pipeline(retrain_policy="periodic", periodic_events=1_000)
+    pipeline = small_pipelines(retrain_policy="periodic", periodic_events=1_000)
     model = BiasedMF(factors=8, seed=1)
     model.fit(
         [e.user_id for e in events], [e.item_id for e in events], [e.rating for e in events], 1

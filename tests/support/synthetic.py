@@ -17,6 +17,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from service.store.events import NewEvent
+
 __all__ = ["ItemMeanBaseline", "planted_drift_stream", "stationary_stream"]
 
 GLOBAL_MEAN = 3.5
@@ -92,6 +94,14 @@ def planted_drift_stream(
     """
     shape = _StreamShape(n_users, n_items, n_events, drift_at, factors, noise, seed)
     return _generate(shape)
+
+
+def as_new_events(stream: list[dict]) -> list[NewEvent]:
+    """A generated stream as the ``NewEvent`` records ``Pipeline.ingest`` takes."""
+    return [
+        NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
+        for e in stream
+    ]
 
 
 def stationary_stream(
