@@ -39,6 +39,7 @@ from functions.runtimes.sim import (
     function_bill,
     simulate_epochs,
 )
+from retrain.spec import JobSpec
 
 MEMORY_MB = 1769
 BATCH_SIZE = 1024
@@ -56,6 +57,14 @@ class JobModel:
     job_overhead_s: float = 15.0
     compute_scale: float = 32.0
     history_ratio: float = 1.0
+
+    def deadline_for(self, trigger: str) -> float:
+        """A job's deadline by what started it, by the service's own rule
+        (``JobSpec.for_trigger``)."""
+        spec = JobSpec(
+            latency_cap_s=self.latency_cap_s, drift_latency_cap_s=self.drift_latency_cap_s
+        )
+        return spec.for_trigger(trigger).latency_cap_s
 
     def performance(self) -> PerformanceModel:
         base = DEFAULT_MODEL
@@ -113,8 +122,7 @@ class FunctionRuntime(JobRuntime):
         return int(min(1000, max(1, math.ceil(compute / max(per_epoch, 1e-3)))))
 
     def run(self, start_s: float, samples: float, trigger: str = "") -> JobRun:
-        cap = self.jobs.drift_latency_cap_s if trigger == "drift" else self.jobs.latency_cap_s
-        workers = self.workers_for(samples, cap)
+        workers = self.workers_for(samples, self.jobs.deadline_for(trigger))
         self._count += 1
         sim = simulate_epochs(
             max(1, math.ceil(0.75 * workers)),

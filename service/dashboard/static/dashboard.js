@@ -91,6 +91,15 @@
     accuracy.zoomed = min > xs[0] || max < xs[xs.length - 1];
   }
 
+  // Both accuracy panels plot the serving model against the never-retrained one.
+  function servingSeries() {
+    return [
+      { label: "events" },
+      { label: "serving", stroke: "#1565c0", width: 2 },
+      { label: "never retrained", stroke: "#8a939b", width: 1 },
+    ];
+  }
+
   function drawAccuracy(el, series) {
     accuracy.data = series;
     const opts = {
@@ -99,11 +108,7 @@
       cursor: { drag: { x: true, y: false } },
       scales: { x: { time: false } },
       axes: [{ label: "labelled events seen" }, { label: "RMSE" }],
-      series: [
-        { label: "events" },
-        { label: "serving", stroke: "#1565c0", width: 2 },
-        { label: "never retrained", stroke: "#8a939b", width: 1 },
-      ],
+      series: servingSeries(),
       hooks: { draw: [overlay], setScale: [function (u, key) { if (key === "x") { rememberZoom(u); } }] },
     };
     accuracy.plot = new uPlot(opts, columns(series), el);
@@ -115,11 +120,7 @@
         cursor: { sync: { key: "accuracy" } },
         scales: { x: { time: false } },
         axes: [{ label: "labelled events seen" }, { label: "hit-rate@10" }],
-        series: [
-          { label: "events" },
-          { label: "serving", stroke: "#1565c0", width: 2 },
-          { label: "never retrained", stroke: "#8a939b", width: 1 },
-        ],
+        series: servingSeries(),
       }, hitColumns(series), hitEl);
       hitEl.dataset.points = String(series.heartbeats.length);
     }
