@@ -2,7 +2,8 @@
 
 Writers post batches full of new users and items, readers ask for recommendations, and
 retraining jobs publish versions that the server swaps in meanwhile. Every answer must be
-a 2xx, and every personalised answer's items must belong to the version it names.
+a 2xx, and every personalised answer's items must belong to the version it names: with
+every item scored, and with an item index searched off the event loop.
 """
 
 from __future__ import annotations
@@ -36,9 +37,11 @@ def _items_of(data_dir: Path, client: httpx.Client) -> dict[str, set[str]]:
     return items
 
 
-def test_concurrent_clients_across_hot_swaps_see_no_errors(tmp_path: Path) -> None:
+@pytest.mark.parametrize("index", ["exact", "ann"])
+def test_concurrent_clients_across_hot_swaps_see_no_errors(tmp_path: Path, index: str) -> None:
     data_dir = tmp_path / "data"
     env = {
+        "DRIFTLINE_SERVING_INDEX": index,
         "DRIFTLINE_RETRAIN_RUNTIME": "inprocess",
         "DRIFTLINE_BOOTSTRAP_EVENTS": "500",
         "DRIFTLINE_REFRESH_EVENTS": "none",
