@@ -343,6 +343,16 @@ class Settings(BaseSettings):
             "raise recall and cost time."
         ),
     )
+    serving_ann_kept_variance: float = Field(
+        0.85,
+        gt=0.0,
+        le=1.0,
+        description=(
+            "Share of the items' variance the ANN index's searched dimensions keep "
+            "(leading principal components, at least 32; candidates rescored exactly); "
+            "1: search every dimension."
+        ),
+    )
     serving_cached_answers: int = Field(
         100_000,
         ge=0,

@@ -18,6 +18,18 @@ nearest items are those with the largest score. faiss's
 inverted-file index (``IndexIVFFlat``) then clusters the lifted items into about
 √n lists and scans the ``probes`` lists nearest to the query.
 
+Trained factors put most of their variance in a few directions, and scanning a list
+costs one multiply-add per item and dimension. The index therefore clusters and scans
+the items' leading principal components (those holding ``kept_variance`` of the lifted
+items' variance, in multiples of 8 dimensions and never fewer than 32), asks for ``RERANKED`` candidates
+rather than a handful, and the serving view scores them exactly. On the benchmark's
+1,000,000-item catalogue with 64 factors, 32 of 66 dimensions hold 86 % of the
+variance: 32 probes take 0.24 ms instead of 0.31 ms with recall@10 0.972 instead of
+0.959 (clusters found in the leading components are tighter than in all of them).
+Narrow catalogues are searched whole: their scans are cheap already, and the few
+dimensions left after a cut lose more of the ranking than 100 exact scores make up
+(16 factors cut to 8: recall@10 0.42).
+
 Chosen by measurement on a 1,000,000-item catalogue with 64 factors (BENCHMARKS.md): at
 recall@10 ≥ 0.95 the IVF index builds in about 20 s on two cores, where the HNSW
 graphs of faiss, usearch and hnswlib took minutes; queries cost well under a
@@ -56,6 +68,13 @@ from service.serving.vector import SCALE
 _TRAIN_PER_LIST = 64
 #: k-means iterations of the inverted file's centroids.
 _KMEANS_ITERATIONS = 10
+#: Candidates asked of a reduced index, all scored exactly by the serving view: a few
+#: exact scores cost far less than the probes recall would otherwise need.
+RERANKED = 100
+#: Reduced dimensions come in multiples of this (faiss's SIMD scans read 8 floats).
+_DIMENSION_STEP = 8
+#: Fewest dimensions a reduced index searches (see the module).
+MIN_SEARCHED_DIMENSIONS = 32
 
 
 @dataclass(frozen=True)
@@ -70,6 +89,9 @@ class IndexOptions:
         With ``auto``, catalogues of at least this many items get an ANN index.
     probes
         Inverted lists scanned per query: recall against time.
+    kept_variance
+        Share of the lifted items' variance the searched dimensions keep (1.0: search
+        every dimension).
     seed
         Seed of the k-means sample and initialisation, so builds reproduce.
     """
@@ -77,6 +99,7 @@ class IndexOptions:
     kind: str = "auto"
     min_items: int = 50_000
     probes: int = 32
+    kept_variance: float = 0.85
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -84,6 +107,8 @@ class IndexOptions:
             raise ValueError(f"unknown index {self.kind!r}; choose from {[*INDEXES, 'auto']}")
         if self.min_items < 1 or self.probes < 1:
             raise ValueError("min_items and probes must be at least 1")
+        if not 0.0 < self.kept_variance <= 1.0:
+            raise ValueError("kept_variance must be in (0, 1]")
 
     def resolve(self, n_items: int) -> str:
         """The index a catalogue of ``n_items`` gets: ``auto`` decided by its size.
@@ -152,16 +177,22 @@ class IvfIndex(ItemIndex):
         norms = np.einsum("ij,ij->i", points[:, :-1], points[:, :-1])
         points[:, -1] = np.sqrt(np.maximum(norms.max() - norms, 0.0))
         lists = max(1, min(self.n_items // _TRAIN_PER_LIST, round(math.sqrt(self.n_items))))
-        quantizer = faiss.IndexFlatL2(points.shape[1])
-        index = faiss.IndexIVFFlat(quantizer, points.shape[1], lists)
-        index.cp.niter, index.cp.seed = _KMEANS_ITERATIONS, options.seed
         rng = np.random.default_rng(options.seed)
         sample = min(self.n_items, lists * _TRAIN_PER_LIST)
-        index.train(points[np.sort(rng.choice(self.n_items, sample, replace=False))])
+        training = points[np.sort(rng.choice(self.n_items, sample, replace=False))]
+        self.dimensions = searched_dimensions(training, options.kept_variance)
+        self._quantizer = faiss.IndexFlatL2(self.dimensions)
+        ivf = faiss.IndexIVFFlat(self._quantizer, self.dimensions, lists)
+        ivf.cp.niter, ivf.cp.seed = _KMEANS_ITERATIONS, options.seed
+        ivf.nprobe = min(options.probes, lists)
+        index: faiss.Index = ivf
+        if self.dimensions < points.shape[1]:
+            self._projection = faiss.PCAMatrix(points.shape[1], self.dimensions)
+            index = faiss.IndexPreTransform(self._projection, ivf)
+        self._ivf = ivf  # faiss keeps raw pointers: the Python objects must outlive it
+        index.train(training)
         index.add(points)
-        index.nprobe = min(options.probes, lists)
-        self._index, self._quantizer = index, quantizer
-        self.lists = lists
+        self._index, self.lists = index, lists
         self.build_seconds = time.perf_counter() - began
 
     def candidates(self, vector: np.ndarray, n: int) -> np.ndarray:
@@ -169,9 +200,36 @@ class IvfIndex(ItemIndex):
         query = np.zeros((1, self.factors + 2), dtype=np.float32)
         query[0, : self.factors] = vector[: self.factors]
         query[0, self.factors] = vector[SCALE]
+        if self.dimensions < self.factors + 2:
+            n = max(n, RERANKED)
         _, rows = self._index.search(query, min(n, self.n_items))
         found = rows[0]
         return found[found >= 0]
+
+
+def searched_dimensions(points: np.ndarray, kept_variance: float) -> int:
+    """Leading principal components that hold ``kept_variance`` of ``points``' variance,
+    rounded up to a multiple of 8 and at least ``MIN_SEARCHED_DIMENSIONS``; every
+    dimension when that saves none.
+
+    Examples
+    --------
+    >>> rng = np.random.default_rng(0)
+    >>> spread = np.concatenate([np.full(8, 10.0), np.full(58, 0.1)])
+    >>> points = rng.normal(size=(5000, 66)) * spread
+    >>> searched_dimensions(points, 0.9), searched_dimensions(points, 1.0)
+    (32, 66)
+    >>> searched_dimensions(points[:, :32], 0.5)  # narrow: searched whole
+    32
+    """
+    width = points.shape[1]
+    if kept_variance >= 1.0 or width <= MIN_SEARCHED_DIMENSIONS:
+        return width
+    variances = np.linalg.eigvalsh(np.cov(points, rowvar=False))[::-1]
+    kept = np.cumsum(variances) / max(float(variances.sum()), 1e-300)
+    needed = int(np.searchsorted(kept, kept_variance)) + 1
+    dimensions = max(-(-needed // _DIMENSION_STEP) * _DIMENSION_STEP, MIN_SEARCHED_DIMENSIONS)
+    return width if dimensions >= width else dimensions
 
 
 _search_threads = threading.local()

@@ -125,6 +125,7 @@ class Pipeline:
             settings.serving_index,
             settings.serving_ann_min_items,
             settings.serving_ann_probes,
+            settings.serving_ann_kept_variance,
             seed=settings.seed or 0,
         )
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
