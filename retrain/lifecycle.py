@@ -185,6 +185,8 @@ class Retrainer:
         self._lock = threading.Lock()
         self._active: int | None = None
         self._active_base: str | None = None
+        #: The latest drift alert's change point (see ``_change_point``).
+        self._regime_change: int | None = None
         self._threads: list[threading.Thread] = []
         self._threads_lock = threading.Lock()
         self._runtimes: dict[str, Runtime] = {}
@@ -218,7 +220,8 @@ class Retrainer:
         ``change_after_id`` is the last event before the change point of the alert that
         asks: where the spec has a ``drift_history_ratio``, the job's window starts
         there (``retrain.window.ChangeWindowPolicy``), and the spec records it so a
-        resumed job rebuilds the same window."""
+        resumed job rebuilds the same window. Later jobs may keep it
+        (``_change_point``)."""
         with self._lock:
             if self._active is not None:
                 if exclusive:
@@ -229,6 +232,7 @@ class Retrainer:
             if self._recorder.newest_event_id() == 0:
                 raise NothingToTrain("no events stored yet: nothing to train on")
             spec = self._spec().for_trigger(trigger)
+            change_after_id = self._change_point(trigger, change_after_id, spec)
             if change_after_id is not None and spec.drift_history_ratio is not None:
                 spec = replace(spec, change_after_id=change_after_id)
             job_id = self._recorder.create(trigger, spec, alert_id)
@@ -236,6 +240,29 @@ class Retrainer:
             self._active_base = base.version if base else None
         self._start(job_id, lambda: self._train(job_id, spec, base))
         return job_id
+
+    def _change_point(self, trigger: str, change_after_id: int | None, spec: JobSpec) -> int | None:
+        """Where this job's window starts: the asking alert's change point, else, with
+        ``spec.change_window_persists``, the latest alert's while the events since it
+        are at most ``spec.history_sample``.
+
+        A drift job sees the new regime's first few thousand events; the scheduled jobs
+        after it would otherwise mix every later event with a history sample drawn
+        mostly from before the change, and fit half of the taste the alert was about
+        (bench drift: a synthetic taste inversion's RMSE 1.0439 → 1.0374, MovieLens'
+        hit-rate@10 after it 0.0255 → 0.0305). Past ``history_sample`` events the
+        change window would outgrow the default window, so the default returns.
+        """
+        if change_after_id is not None:
+            self._regime_change = change_after_id
+            return change_after_id
+        regime = self._regime_change
+        if regime is None or trigger == "bootstrap" or not spec.change_window_persists:
+            return None
+        if self._recorder.newest_event_id() - regime > spec.history_sample:
+            self._regime_change = None
+            return None
+        return regime
 
     def _start(self, job_id: int, work: Callable[[], _Run | None]) -> None:
         if self._background:

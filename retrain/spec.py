@@ -63,9 +63,13 @@ class JobSpec:
     #: Ratings at which an item's bias and factors keep half their trained value (see
     #: ``BiasedMF.damp_items``); 0 keeps them as trained.
     item_bias_support: float = 20.0
-    #: Id of the last event before the change point of the alert that started the job;
-    #: None for jobs no alert started (and for drift jobs while the ratio is None).
+    #: Id of the last event before the change point of the alert that started the job,
+    #: or of the latest alert's for a later job while ``change_window_persists``; None
+    #: for other jobs (and for every job while the ratio is None).
     change_after_id: int | None = None
+    #: Later jobs keep building their window from the latest alert's change point
+    #: until the next alert (``Retrainer.request``).
+    change_window_persists: bool = False
 
     def __post_init__(self) -> None:
         for name in ("factors", "batch_size", "max_epochs", "workers"):

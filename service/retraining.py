@@ -234,6 +234,7 @@ def job_spec(settings: Settings) -> JobSpec:
         policy=s.retrain_policy,
         seed=s.seed,
         drift_history_ratio=s.drift_window_history_ratio,
+        change_window_persists=s.drift_window_persists,
         item_bias_support=s.item_bias_support,
     )
 

@@ -169,6 +169,14 @@ class Settings(BaseSettings):
             "HISTORY_SAMPLE); none: a drift job's window is like any other job's."
         ),
     )
+    drift_window_persists: bool = Field(
+        True,
+        description=(
+            "Jobs after a drift job (refreshes, policy and manual jobs) also build their "
+            "window from the latest alert's change point, until the next alert or until "
+            "HISTORY_SAMPLE events have arrived since it; false: only the drift job does."
+        ),
+    )
     factors: int = Field(8, ge=1, le=512)
     learning_rate: float = Field(0.05, gt=0)
     regularization: float = Field(0.1, ge=0)

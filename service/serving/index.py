@@ -21,11 +21,12 @@ inverted-file index (``IndexIVFFlat``) then clusters the lifted items into about
 Trained factors put most of their variance in a few directions, and scanning a list
 costs one multiply-add per item and dimension. The index therefore clusters and scans
 the items' leading principal components (those holding ``kept_variance`` of the lifted
-items' variance, in multiples of 8 dimensions and never fewer than 32), asks for ``RERANKED`` candidates
-rather than a handful, and the serving view scores them exactly. On the benchmark's
-1,000,000-item catalogue with 64 factors, 32 of 66 dimensions hold 86 % of the
-variance: 32 probes take 0.24 ms instead of 0.31 ms with recall@10 0.972 instead of
-0.959 (clusters found in the leading components are tighter than in all of them).
+items' variance, in multiples of 8 dimensions and never fewer than 32), asks for
+``RERANKED`` candidates rather than a handful, and the serving view scores them
+exactly. On the benchmark's 1,000,000-item catalogue with 64 factors, 32 of 66
+dimensions hold 86 % of the variance: 32 probes take 0.24 ms instead of 0.31 ms, with
+recall@10 0.972 instead of 0.959 (clusters found in the leading components are tighter
+than in all of them).
 Narrow catalogues are searched whole: their scans are cheap already, and the few
 dimensions left after a cut lose more of the ranking than 100 exact scores make up
 (16 factors cut to 8: recall@10 0.42).

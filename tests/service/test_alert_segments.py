@@ -233,6 +233,38 @@ def test_a_drift_job_has_the_drift_deadline_and_other_jobs_the_default(
     assert next(j for j in jobs if j["id"] == alert["retrain_job_id"])["trigger"] == "drift"
 
 
+@pytest.mark.parametrize(
+    ("persists", "history_sample", "kept"),
+    [(True, 50_000, True), (False, 50_000, False), (True, 100, False)],
+    ids=["persists", "switched-off", "regime-outgrew-the-history-sample"],
+)
+def test_the_jobs_after_a_drift_job_keep_its_change_point_until_the_regime_outgrows_it(
+    make_pipeline: Callable[..., Pipeline],
+    windows: list[RatingsWindow],
+    persists: bool,
+    history_sample: int,
+    kept: bool,
+) -> None:
+    """A refresh after the drift job would otherwise mix the new taste with a history
+    sample drawn mostly from before the change; past ``history_sample`` events since
+    the change the change window would outgrow the default one, so it ends."""
+    pipeline = make_pipeline(drift_window_persists=persists, history_sample=history_sample)
+    _replay(pipeline, _events())
+    with pipeline.db.connect() as conn:
+        (alert,) = list_alerts(conn)
+        drift_job = get_job(conn, alert["retrain_job_id"])
+    assert drift_job is not None
+    change_id = drift_job["params"]["change_after_id"]
+    assert change_id is not None
+    later = pipeline.retrainer.request("manual")
+    with pipeline.db.connect() as conn:
+        job = get_job(conn, later)
+    assert job is not None and job["trigger"] == "manual"
+    assert job["params"]["change_after_id"] == (change_id if kept else None)
+    if kept:  # every event since the change, whatever the serving version has seen
+        assert len(windows[-1]) == len(windows[-2]) == drift_job["window_events"]
+
+
 def test_without_a_ratio_a_drift_job_keeps_the_default_window(
     make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
 ) -> None:

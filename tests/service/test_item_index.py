@@ -202,9 +202,7 @@ def test_an_item_whose_bias_fell_is_offered_to_a_user_who_scales_biases_down() -
     assert with_index == serving.recommend("u1", 10, rated)
 
 
-def test_a_wide_catalogue_is_searched_in_fewer_dimensions_and_rescored_to_the_same_top_10() -> (
-    None
-):
+def test_a_wide_catalogue_is_searched_in_fewer_dimensions_and_rescored_to_the_same_top_10() -> None:
     """64 factors whose variance decays, as trained factors' does: the index searches the
     leading components only, and the view's exact rescoring keeps recall@10."""
     serving = ServingModel(synthetic_version(30_000, 300, 64, seed=4), "v1")
