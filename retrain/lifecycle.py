@@ -317,7 +317,9 @@ class Retrainer:
     def _train(self, job_id: int, spec: JobSpec, base: VersionLike | None) -> _Run:
         since = base.last_event_id if base else 0
         up_to = self._recorder.newest_event_id()
-        window = spec.window_policy().build(self._windows, since, up_to)
+        window = spec.window_policy().build(
+            self._windows, since, up_to, base.model if base else None
+        )
         self._recorder.started(
             job_id,
             base_version=base.version if base else None,
@@ -570,14 +572,15 @@ class Retrainer:
     def _resume(self, job: dict[str, Any]) -> _Run:
         job_id = int(job["id"])
         spec = JobSpec.from_params({**job["params"], "runtime": job["runtime"]})
-        since = 0
+        since, base_model = 0, None
         if job["base_version"] is not None:
-            since = self._registry.load(job["base_version"]).last_event_id
+            base = self._registry.load(job["base_version"])
+            since, base_model = base.last_event_id, base.model
         up_to = int(job["last_event_id"])
         # The same window as before the restart: the same events after the version (or
         # the change point) and the same seeded history sample; only its holdout is
         # used, the coordinator's checkpoint holds the training part.
-        window = spec.window_policy().build(self._windows, since, up_to)
+        window = spec.window_policy().build(self._windows, since, up_to, base_model)
         backend = DistributedBackend.resume(
             self._runtime(spec), self._store, self._store_url, coordinator_job(job_id)
         )

@@ -70,6 +70,9 @@ class JobSpec:
     #: Later jobs keep building their window from the latest alert's change point
     #: until the next alert (``Retrainer.request``).
     change_window_persists: bool = False
+    #: A change window leaves out the older events of users the base version predicts
+    #: this many times worse than the rest since the change (``changed_users``).
+    user_change_ratio: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("factors", "batch_size", "max_epochs", "workers"):
@@ -141,7 +144,11 @@ class JobSpec:
         if self.change_after_id is None or self.drift_history_ratio is None:
             return WindowPolicy(self.history_sample)
         return ChangeWindowPolicy(
-            self.change_after_id, self.drift_history_ratio, self.history_sample, self.seed or 0
+            self.change_after_id,
+            self.drift_history_ratio,
+            self.history_sample,
+            self.seed or 0,
+            self.user_change_ratio,
         )
 
     def rule(self) -> ConvergenceRule:

@@ -235,6 +235,7 @@ def job_spec(settings: Settings) -> JobSpec:
         seed=s.seed,
         drift_history_ratio=s.drift_window_history_ratio,
         change_window_persists=s.drift_window_persists,
+        user_change_ratio=s.drift_window_user_change_ratio,
         item_bias_support=s.item_bias_support,
     )
 

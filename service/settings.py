@@ -177,6 +177,16 @@ class Settings(BaseSettings):
             "HISTORY_SAMPLE events have arrived since it; false: only the drift job does."
         ),
     )
+    drift_window_user_change_ratio: float | None = Field(
+        1.4,
+        gt=0,
+        description=(
+            "A change window leaves out the older events of users whose events since the "
+            "change the job's base version predicts with an RMSE at least this many times "
+            "the window's (3 events or more): they are learnt from the change on; none: "
+            "every user's older events may be sampled."
+        ),
+    )
     factors: int = Field(8, ge=1, le=512)
     learning_rate: float = Field(0.05, gt=0)
     regularization: float = Field(0.1, ge=0)

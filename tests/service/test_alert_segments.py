@@ -23,7 +23,7 @@ from drift.base import DriftDetector
 from drift.heartbeat import Heartbeat, HeartbeatAggregator
 from drift.monitor import DriftAlert
 from drift.segments import SegmentBuffer
-from retrain.window import RatingsWindow
+from retrain.window import RatingsWindow, changed_users
 from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import add_alert, get_alert, list_alerts
@@ -189,7 +189,7 @@ def test_an_alerts_segments_are_computed_again_on_the_events_after_it(
 def test_a_drift_job_trains_on_every_event_since_the_change_and_a_smaller_older_sample(
     make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
 ) -> None:
-    pipeline = make_pipeline(drift_window_history_ratio=0.5)
+    pipeline = make_pipeline(drift_window_history_ratio=0.5, drift_window_user_change_ratio=None)
     events = _events()
     _replay(pipeline, events)
     with pipeline.db.connect() as conn:
@@ -211,6 +211,32 @@ def test_a_drift_job_trains_on_every_event_since_the_change_and_a_smaller_older_
     remaining = _pairs(older)
     for pair in sample:
         remaining.remove(pair)  # raises if the pair is not an older event (or is repeated)
+
+
+def test_a_drift_job_learns_the_users_who_changed_from_the_change_on(
+    make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
+) -> None:
+    """The inverted users' older events would pull them back to the taste they left;
+    those of the users the change left alone stay in the sample."""
+    pipeline = make_pipeline(drift_window_history_ratio=2.0, drift_window_user_change_ratio=1.4)
+    events = _events()
+    _replay(pipeline, events)
+    with pipeline.db.connect() as conn:
+        (alert,) = list_alerts(conn)
+        job = get_job(conn, alert["retrain_job_id"])
+    assert job is not None and job["trigger"] == "drift"
+    base = pipeline.registry.load(job["base_version"]).model
+    recent_part = events[CHANGE:]
+    recent = RatingsWindow(
+        [e.user_id for e in recent_part],
+        [e.item_id for e in recent_part],
+        np.array([e.rating for e in recent_part]),
+    )
+    changed = changed_users(recent, base, 1.4)
+    assert changed and changed <= DRIFTED
+    older_users = set(windows[-1].user_ids[: -len(recent_part)])
+    assert not older_users & changed
+    assert older_users - DRIFTED  # the others' history is still sampled
 
 
 def _pairs_of(window: RatingsWindow) -> list[tuple[str, str, float]]:
@@ -262,7 +288,7 @@ def test_the_jobs_after_a_drift_job_keep_its_change_point_until_the_regime_outgr
     assert job is not None and job["trigger"] == "manual"
     assert job["params"]["change_after_id"] == (change_id if kept else None)
     if kept:  # every event since the change, whatever the serving version has seen
-        assert len(windows[-1]) == len(windows[-2]) == drift_job["window_events"]
+        assert _pairs_of(windows[-1])[-(FIRE_AT - CHANGE) :] == _pairs(_events()[CHANGE:])
 
 
 def test_without_a_ratio_a_drift_job_keeps_the_default_window(
