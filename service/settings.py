@@ -161,7 +161,7 @@ class Settings(BaseSettings):
     refresh_events: int | None = Field(10_000, ge=1)
     history_sample: int = Field(50_000, ge=0)
     drift_window_history_ratio: float | None = Field(
-        2.0,
+        3.0,
         ge=0,
         description=(
             "A drift job trains on every event since the alert's change point plus a uniform "
