@@ -249,8 +249,8 @@ class Retrainer:
         A drift job sees the new regime's first few thousand events; the scheduled jobs
         after it would otherwise mix every later event with a history sample drawn
         mostly from before the change, and fit half of the taste the alert was about
-        (bench drift: a synthetic taste inversion's RMSE 1.0439 → 1.0374, MovieLens'
-        hit-rate@10 after it 0.0255 → 0.0305). Past ``history_sample`` events the
+        (bench drift, history ratio 2: a synthetic taste inversion's RMSE 1.0439 →
+        1.0374, MovieLens' hit-rate@10 after it 0.0255 → 0.0305). Past ``history_sample`` events the
         change window would outgrow the default window, so the default returns. The
         change point is held in memory: after a restart, jobs take the default window
         until the next alert (a resumed job keeps the one its spec records).

@@ -176,8 +176,8 @@ def changed_users(recent: RatingsWindow, model: BiasedMF, ratio: float) -> set[s
 
     Their older events teach the taste they left: kept in a drift job's sample they
     pull the user's vector back to it, and a user inverted after the change ends up
-    in between (bench drift: a synthetic taste inversion's RMSE after the onset
-    1.0374 with them, 1.0247 without, river's BiasedMF 1.0272). A change that moved
+    in between (bench drift, history ratio 2: a synthetic taste inversion's RMSE
+    after the onset 1.0374 with them, 1.0247 without, river's BiasedMF 1.0272). A change that moved
     every user a little (items re-rated, bench drift's ``item_shift``) singles out
     none, and every user's history stays.
 
