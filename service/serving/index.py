@@ -224,8 +224,8 @@ def searched_dimensions(points: np.ndarray, kept_variance: float) -> int:
     32
     """
     width = points.shape[1]
-    if kept_variance >= 1.0 or width <= MIN_SEARCHED_DIMENSIONS:
-        return width
+    if kept_variance >= 1.0 or width <= MIN_SEARCHED_DIMENSIONS or len(points) <= width:
+        return width  # nothing to cut, or too few items to estimate components from
     variances = np.linalg.eigvalsh(np.cov(points, rowvar=False))[::-1]
     kept = np.cumsum(variances) / max(float(variances.sum()), 1e-300)
     needed = int(np.searchsorted(kept, kept_variance)) + 1

@@ -221,3 +221,15 @@ def test_a_wide_catalogue_is_searched_in_fewer_dimensions_and_rescored_to_the_sa
         for u in users
     ]
     assert np.mean(recalls) >= 0.95
+
+
+@pytest.mark.parametrize("items", [1, 5, 100])
+def test_a_tiny_wide_catalogue_is_searched_whole(items: int) -> None:
+    """Too few items to estimate principal components from: every dimension is kept."""
+    rng = np.random.default_rng(items)
+    factors, bias = rng.normal(size=(items, 64)), rng.normal(size=items)
+    index = IvfIndex(factors, bias, IndexOptions("ann"))
+    user = np.append(rng.normal(size=64), [0.0, 1.0])
+    exact = np.argsort(-(factors @ user[:BIAS] + bias), kind="stable")[: min(10, items)]
+    assert index.dimensions == 66
+    assert set(index.candidates(user, 10)) == set(exact)
