@@ -10,16 +10,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
 from sqlalchemy.engine import make_url
 
-from service.app import build_pipeline, create_app
+from service.app import create_app
 from service.settings import Settings
 from service.stream.pipeline import Pipeline
 from tests.support.databases import external_url, isolated_schema, not_configured_reason
+from tests.support.pipelines import pipeline_factory, small_settings
 
 
 def pytest_report_header(config: pytest.Config) -> str:
@@ -80,28 +80,7 @@ def small_pipelines(tmp_path: Path, database_url: str) -> Iterator[Callable[...,
     bootstrap after 200 events, heartbeats of 50, two epochs on threads, no refresh, no
     registry polling), each overridable; a second call is a restart. All are closed
     after the test."""
-    built: list[Pipeline] = []
-
-    def make(**overrides: Any) -> Pipeline:
-        settings = Settings(
-            **{
-                "data_dir": tmp_path / "data",
-                "database_url": database_url,
-                "bootstrap_events": 200,
-                "heartbeat_events": 50,
-                "factors": 8,
-                "max_epochs": 2,
-                "refresh_events": None,
-                "retrain_runtime": "thread",
-                "registry_poll_seconds": None,
-                **overrides,
-            }
-        )
-        pipeline = build_pipeline(settings, background_retrain=False)
-        built.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in built:
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
+    with pipeline_factory(
+        lambda **overrides: small_settings(tmp_path / "data", database_url, **overrides)
+    ) as make:
+        yield make

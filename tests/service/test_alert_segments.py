@@ -24,12 +24,12 @@ from drift.heartbeat import Heartbeat, HeartbeatAggregator
 from drift.monitor import DriftAlert
 from drift.segments import SegmentBuffer
 from retrain.window import RatingsWindow, changed_users
-from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import add_alert, get_alert, list_alerts
 from service.store.events import NewEvent, labelled_events, uniform_labelled
 from service.store.jobs import get_job, list_jobs
 from service.stream.pipeline import Pipeline
+from tests.support.pipelines import pipeline_factory
 from tests.support.synthetic import stationary_stream
 
 CHANGE = 1_200  # labelled events before the change
@@ -92,18 +92,10 @@ def _settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
 
 @pytest.fixture
 def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
-    built: list[Pipeline] = []
-
-    def make(**overrides: Any) -> Pipeline:
-        settings = _settings(tmp_path / "data", database_url, **overrides)
-        pipeline = build_pipeline(settings, background_retrain=False)
-        built.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in built:
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
+    with pipeline_factory(
+        lambda **overrides: _settings(tmp_path / "data", database_url, **overrides)
+    ) as make:
+        yield make
 
 
 @pytest.fixture

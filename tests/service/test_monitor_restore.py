@@ -19,13 +19,13 @@ from sqlalchemy import delete
 
 import drift
 from drift.detectors import adwin_heartbeat
-from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import list_alerts, list_heartbeats
 from service.store.events import NewEvent
 from service.store.tables import monitor_state
 from service.stream.pipeline import Pipeline
 from tests.support.databases import external_url, isolated_schema
+from tests.support.pipelines import pipeline_factory
 from tests.support.synthetic import planted_drift_stream
 
 BATCH = 250
@@ -49,7 +49,6 @@ def events() -> list[NewEvent]:
 def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
     """Builds a pipeline on the data directory and database ``name``; a second call with
     the same name is a restart."""
-    built: list[Pipeline] = []
     urls: dict[str, str] = {}
     schemas = ExitStack()
 
@@ -62,7 +61,7 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
         assert base is not None  # database_url is PostgreSQL only when it is set
         return schemas.enter_context(isolated_schema(base))
 
-    def make(name: str, **overrides: Any) -> Pipeline:
+    def settings_for(name: str, **overrides: Any) -> Settings:
         if name not in urls:
             urls[name] = url_for(name)
         values: dict[str, Any] = {
@@ -76,16 +75,10 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
             "retrain_runtime": "inprocess",
             "drift_detector": "adwin-heartbeat",
         }
-        settings = Settings(**{**values, **overrides})
-        pipeline = build_pipeline(settings, background_retrain=False)
-        built.append(pipeline)
-        return pipeline
+        return Settings(**{**values, **overrides})
 
-    yield make
-    for pipeline in built:
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
-    schemas.close()
+    with schemas, pipeline_factory(settings_for) as make:
+        yield make
 
 
 def _ingest(pipeline: Pipeline, events: list[NewEvent], batch: int = BATCH) -> None:

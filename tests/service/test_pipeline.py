@@ -20,6 +20,7 @@ from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
 from service.store.jobs import create_job, get_job, list_jobs, update_job
 from service.stream.pipeline import Pipeline
+from tests.support.pipelines import pipeline_factory
 from tests.support.synthetic import stationary_stream
 
 BATCH = 100
@@ -51,18 +52,8 @@ def _settings(data_dir: Path, database_url: str) -> Settings:
 @pytest.fixture
 def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Pipeline]]:
     """Builds pipelines on one data directory and database (a second call is a restart)."""
-    built: list[Pipeline] = []
-
-    def make() -> Pipeline:
-        settings = _settings(tmp_path / "data", database_url)
-        pipeline = build_pipeline(settings, background_retrain=False)
-        built.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in built:
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
+    with pipeline_factory(lambda: _settings(tmp_path / "data", database_url)) as make:
+        yield make
 
 
 @pytest.fixture

@@ -26,6 +26,7 @@ from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
 from service.stream.pipeline import Pipeline
 from service.stream.ranking import PrequentialRanking
+from tests.support.pipelines import pipeline_factory
 
 MOVIELENS_EVENTS = 8_000
 
@@ -101,18 +102,10 @@ def movielens() -> Iterator[tuple[Pipeline, _ChanceShadow]]:
 @pytest.fixture
 def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
     """Pipelines on one data directory and database (a second call is a restart)."""
-    built: list[Pipeline] = []
-
-    def make(**overrides: Any) -> Pipeline:
-        settings = _settings(tmp_path / "data", database_url, **overrides)
-        pipeline = build_pipeline(settings, background_retrain=False)
-        built.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in built:
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
+    with pipeline_factory(
+        lambda **overrides: _settings(tmp_path / "data", database_url, **overrides)
+    ) as make:
+        yield make
 
 
 def test_heartbeats_carry_the_hit_rates_of_the_serving_and_the_static_model(

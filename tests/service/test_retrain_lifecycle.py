@@ -21,11 +21,12 @@ from functions.runtimes import ThreadRuntime
 from functions.shards import job_prefixes, snapshot_key
 from retrain import POLICIES, EpochRecord, TriggerPolicy
 from retrain.lifecycle import coordinator_job
-from service.app import build_pipeline, create_app
+from service.app import create_app
 from service.settings import Settings
 from service.store.events import NewEvent
 from service.store.jobs import create_job, get_job, list_jobs, update_job
 from service.stream.pipeline import Pipeline
+from tests.support.pipelines import pipeline_factory, small_settings
 from tests.support.synthetic import stationary_stream
 
 WAIT_S = 120.0
@@ -44,33 +45,12 @@ def events() -> list[NewEvent]:
 @pytest.fixture
 def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
     """Pipelines on one data directory and database; a second one is a restart."""
-    built: list[Pipeline] = []
-
-    def make(*, background: bool = False, **overrides: Any) -> Pipeline:
-        settings = Settings(
-            **{
-                "data_dir": tmp_path / "data",
-                "database_url": database_url,
-                "bootstrap_events": 200,
-                "heartbeat_events": 50,
-                "factors": 8,
-                "max_epochs": 3,
-                "refresh_events": None,
-                "retrain_runtime": "thread",
-                "registry_poll_seconds": None,
-                **overrides,
-            }
+    with pipeline_factory(
+        lambda **overrides: small_settings(
+            tmp_path / "data", database_url, **{"max_epochs": 3, **overrides}
         )
-        pipeline = build_pipeline(settings, background_retrain=background)
-        built.append(pipeline)
-        return pipeline
-
-    yield make
-    for pipeline in built:
-        pipeline.stop_following()
-        pipeline.retrainer.wait(timeout=WAIT_S)
-        pipeline.retrainer.close()
-        pipeline.db.dispose()
+    ) as make:
+        yield make
 
 
 def _job(pipeline: Pipeline, job_id: int) -> dict[str, Any]:

@@ -1,0 +1,55 @@
+"""Pipelines built for a test and closed after it, however many it builds."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from service.app import build_pipeline
+from service.settings import Settings
+from service.stream.pipeline import Pipeline
+
+#: Seconds a closing pipeline waits for a background job to end.
+CLOSE_WAIT_S = 120.0
+
+
+@contextmanager
+def pipeline_factory(settings_for: Callable[..., Settings]) -> Iterator[Callable[..., Pipeline]]:
+    """``make(*args, background=False, **overrides)`` builds a pipeline from
+    ``settings_for(*args, **overrides)``; on exit every pipeline made is stopped (its
+    registry follower, its jobs) and closed. A second one on the same data directory
+    and database is a restart."""
+    built: list[Pipeline] = []
+
+    def make(*args: Any, background: bool = False, **overrides: Any) -> Pipeline:
+        pipeline = build_pipeline(settings_for(*args, **overrides), background_retrain=background)
+        built.append(pipeline)
+        return pipeline
+
+    try:
+        yield make
+    finally:
+        for pipeline in built:
+            pipeline.stop_following()
+            pipeline.retrainer.wait(timeout=CLOSE_WAIT_S)
+            pipeline.retrainer.close()
+            pipeline.db.dispose()
+
+
+def small_settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
+    """Small settings for pipeline tests: a bootstrap after 200 events, heartbeats of 50,
+    two epochs on threads, no refresh, no registry polling; each overridable."""
+    values: dict[str, Any] = {
+        "data_dir": data_dir,
+        "database_url": database_url,
+        "bootstrap_events": 200,
+        "heartbeat_events": 50,
+        "factors": 8,
+        "max_epochs": 2,
+        "refresh_events": None,
+        "retrain_runtime": "thread",
+        "registry_poll_seconds": None,
+    }
+    return Settings(**{**values, **overrides})
