@@ -12,6 +12,9 @@ class StopReason(StrEnum):
     MAX_EPOCHS = "max_epochs"
     LATENCY_CAP = "latency_cap"
     BUDGET = "budget"
+    #: A drift alert pre-empted the job (``Retrainer.preempt``): it stopped after the
+    #: epoch in flight and published nothing.
+    PREEMPTED = "preempted"
 
 
 @dataclass(frozen=True)

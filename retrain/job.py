@@ -13,6 +13,7 @@ numbers, the configurator's observations, the cost and the stopping rule from th
 from __future__ import annotations
 
 import math
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -82,6 +83,7 @@ def run_training(
     history: Sequence[EpochRecord] = (),
     prepare: bool = True,
     item_bias_support: float = 0.0,
+    interrupt: threading.Event | None = None,
 ) -> JobResult:
     """Train ``model`` on ``window`` until ``rule`` says stop; returns the result.
 
@@ -101,6 +103,10 @@ def run_training(
         The trained model's items are damped by their support in the training window
         (``BiasedMF.damp_items``) before the holdout is scored; 0 leaves them as
         trained.
+    interrupt
+        Once set, the job stops after the epoch in flight (``StopReason.PREEMPTED``):
+        an epoch is the unit the backend keeps consistent (its deltas merged, its
+        checkpoint written), so stopping between epochs leaves nothing half-done.
     """
     if len(window) == 0:
         raise ValueError("a retraining window needs at least one labelled event")
@@ -121,11 +127,13 @@ def run_training(
     started = time.perf_counter()
 
     def check() -> StopReason | None:
+        if interrupt is not None and interrupt.is_set():
+            return StopReason.PREEMPTED
         spent = sum(e.cost_usd for e in epochs)
         elapsed = earlier_s + time.perf_counter() - started
         return rule.check([e.loss for e in epochs], elapsed, spent)
 
-    stop = check() if epochs else None
+    stop = check() if epochs or (interrupt is not None and interrupt.is_set()) else None
     try:
         while stop is None:
             config = configurator.propose(len(epochs), observations)

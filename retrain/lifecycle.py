@@ -16,7 +16,10 @@ nothing:
    delete the job's snapshots, shards, deltas and checkpoint from the object store.
 
 One job runs at a time; alerts raised meanwhile are attached to it, since it already
-trains on the newest data.
+trains on the newest data. A scheduled job (a refresh) may be pre-empted instead
+(``Retrainer.preempt``): it stops after the epoch in flight, publishes nothing, is
+recorded ``preempted`` and its objects are deleted, so the drift job an alert asks for
+starts at once rather than after a job whose window predates the change.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from functions.runtimes import Runtime, open_runtime
 from functions.shards import job_prefixes
 from retrain.backends import InProcessBackend, TrainingBackend
 from retrain.checkpoints import CheckpointError, checkpoint_prefix, read_checkpoint
+from retrain.convergence import StopReason
 from retrain.coordinator import DistributedBackend
 from retrain.job import EpochRecord, JobResult, run_training, starting_model
 from retrain.spec import JobSpec
@@ -50,6 +54,11 @@ log = logging.getLogger(__name__)
 #: (the sim runtime simulates it); on runtimes of this machine's processes or threads,
 #: the spec's own λ, since more than that only contend for its cores.
 _MAX_WORKERS = {"lambda": 1000, "sim": 1000}
+
+#: Triggers whose jobs a drift alert does not pre-empt: the first version (nothing
+#: serves without it), the answer to an alert, and a job a person asked for. Jobs a
+#: policy schedules (refresh, periodic, batch, ...) may be pre-empted.
+UNPREEMPTIBLE_TRIGGERS = frozenset({"bootstrap", "drift", "manual"})
 
 #: In-flight invocations the local runtime allows per worker: selective sync starts a
 #: straggler's shard again while the straggler still runs, as Lambda would.
@@ -119,6 +128,17 @@ class JobRecorder(Protocol):
 
     def failed(self, job_id: int, error: str) -> None: ...
 
+    def preempted(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        cost_usd: float,
+        invocations: list[dict[str, Any]] | None,
+    ) -> None:
+        """Record the job ended without a version because ``reason`` pre-empted it."""
+        ...
+
     def billed(
         self, job_id: int, *, cost_usd: float, invocations: list[dict[str, Any]]
     ) -> None: ...
@@ -185,6 +205,10 @@ class Retrainer:
         self._lock = threading.Lock()
         self._active: int | None = None
         self._active_base: str | None = None
+        #: The running job's trigger, its interrupt and why it was set (``preempt``).
+        self._active_trigger: str | None = None
+        self._interrupt = threading.Event()
+        self._preempted_by: str | None = None
         #: The latest drift alert's change point (see ``_change_point``).
         self._regime_change: int | None = None
         self._threads: list[threading.Thread] = []
@@ -236,10 +260,42 @@ class Retrainer:
             if change_after_id is not None and spec.drift_history_ratio is not None:
                 spec = replace(spec, change_after_id=change_after_id)
             job_id = self._recorder.create(trigger, spec, alert_id)
-            self._active = job_id
-            self._active_base = base.version if base else None
-        self._start(job_id, lambda: self._train(job_id, spec, base))
+            self._activate(job_id, base.version if base else None, trigger)
+            interrupt = self._interrupt
+        self._start(job_id, lambda: self._train(job_id, spec, base, interrupt))
         return job_id
+
+    def _activate(self, job_id: int, base_version: str | None, trigger: str | None) -> None:
+        """Make ``job_id`` the running job, with an interrupt of its own (under the lock)."""
+        self._active = job_id
+        self._active_base = base_version
+        self._active_trigger = trigger
+        self._interrupt = threading.Event()
+        self._preempted_by = None
+
+    def preempt(self, reason: str) -> int | None:
+        """Ask the running job to stop after the epoch in flight, without publishing,
+        if a policy scheduled it; returns its id, or None when no job runs or the
+        running one is not pre-empted (``UNPREEMPTIBLE_TRIGGERS``).
+
+        A drift alert calls this: a refresh trains on a window from before the change
+        and, with GP-OPT, takes as long as its deadline allows; until the drift job
+        swaps in, the model that drifted serves. The job ends at an epoch boundary, so
+        its model is never half-merged; ``_conclude`` records it ``preempted`` and its
+        objects are deleted like any ended job's. Its epochs stay recorded, and the
+        configurator keeps their observations.
+        """
+        with self._lock:
+            job_id = self._active
+            if job_id is None or self._active_trigger in UNPREEMPTIBLE_TRIGGERS:
+                return None
+            if not self._interrupt.is_set():
+                self._preempted_by = reason
+                self._interrupt.set()
+                log.info(
+                    "retraining job %s: %s; stopping after its epoch in flight", job_id, reason
+                )
+            return job_id
 
     def _change_point(self, trigger: str, change_after_id: int | None, spec: JobSpec) -> int | None:
         """Where this job's window starts: the asking alert's change point, else, with
@@ -312,11 +368,14 @@ class Retrainer:
             with self._lock:
                 self._active = None
                 self._active_base = None
+                self._active_trigger = None
         if run is not None:
             self._after(run)
 
     # -- training ---------------------------------------------------------------------
-    def _train(self, job_id: int, spec: JobSpec, base: VersionLike | None) -> _Run:
+    def _train(
+        self, job_id: int, spec: JobSpec, base: VersionLike | None, interrupt: threading.Event
+    ) -> _Run:
         since = base.last_event_id if base else 0
         up_to = self._recorder.newest_event_id()
         window = spec.window_policy().build(
@@ -341,12 +400,30 @@ class Retrainer:
                 spec.rule(),
                 on_epoch=lambda record: self._recorder.epoch(job_id, record),
                 item_bias_support=spec.item_bias_support,
+                interrupt=interrupt,
             )
-            self._publish(run, result)
+            self._conclude(run, result)
         except Exception:  # in training or in recording: bill the stragglers all the same
             self._finish_in_background(run, keep_checkpoint=False)
             raise
         return run
+
+    def _conclude(self, run: _Run, result: JobResult) -> None:
+        """Publish the job's version, or record that it was pre-empted and has none."""
+        if result.stop_reason != StopReason.PREEMPTED:
+            self._publish(run, result)
+            return
+        stats = getattr(run.backend, "stats", None)  # distributed: the bill so far
+        reason = self._preempted_by or "pre-empted"
+        self._recorder.preempted(
+            run.job_id,
+            reason=reason,
+            cost_usd=stats.cost_usd if stats else 0.0,
+            invocations=stats.invocation_report() if stats else None,
+        )
+        log.info(
+            "job %s: %s after %d epochs; nothing published", run.job_id, reason, len(result.epochs)
+        )
 
     def _publish(self, run: _Run, result: JobResult) -> None:
         """Publish (once per job), record success, then announce the version."""
@@ -463,10 +540,10 @@ class Retrainer:
         record = self._recorder.get(resumable)
         assert record is not None
         with self._lock:
-            self._active = resumable
-            self._active_base = record["base_version"]
+            self._activate(resumable, record["base_version"], record.get("trigger"))
+            interrupt = self._interrupt
         log.info("retraining job %s: resuming from its checkpoint", resumable)
-        self._start(resumable, lambda: self._resume(record))
+        self._start(resumable, lambda: self._resume(record, interrupt))
         return resumable
 
     def _already_published(self, job_id: int, stop_reason: str) -> bool:
@@ -571,7 +648,7 @@ class Retrainer:
             return "interrupted by a restart before its first checkpoint"
         return None
 
-    def _resume(self, job: dict[str, Any]) -> _Run:
+    def _resume(self, job: dict[str, Any], interrupt: threading.Event) -> _Run:
         job_id = int(job["id"])
         spec = JobSpec.from_params({**job["params"], "runtime": job["runtime"]})
         since, base_model = 0, None
@@ -604,8 +681,9 @@ class Retrainer:
                 history=backend.epochs,
                 prepare=False,
                 item_bias_support=spec.item_bias_support,
+                interrupt=interrupt,
             )
-            self._publish(run, result)
+            self._conclude(run, result)
         except Exception:  # in training or in recording: bill the stragglers all the same
             self._finish_in_background(run, keep_checkpoint=False)
             raise
@@ -676,7 +754,7 @@ def coordinator_job(job_id: int) -> str:
 
 
 _COORDINATOR_JOB = re.compile(r"job-[0-9]{1,9}")  # job ids are 32-bit
-_ENDED = ("succeeded", "failed")
+_ENDED = ("succeeded", "failed", "preempted")
 
 #: The top-level folders under which jobs keep their objects, one folder per job.
 _JOB_ROOTS = tuple(

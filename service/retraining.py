@@ -70,8 +70,8 @@ def _window(events: LabelledEvents) -> RatingsWindow:
 class StoreJobRecorder:
     """``retrain.lifecycle.JobRecorder`` over the event store's job tables; a failed
     job and one its budget stopped are also told to ``notifier`` (``ALERT_WEBHOOK_URL``),
-    and each job's queued, running, succeeded and failed records to ``events`` (the
-    dashboard's live stream), once they are committed."""
+    and each job's queued, running, succeeded, failed and preempted records to
+    ``events`` (the dashboard's live stream), once they are committed."""
 
     def __init__(
         self,
@@ -169,6 +169,30 @@ class StoreJobRecorder:
         self.metrics.retrain_jobs.labels(status="failed").inc()
         self.notifier.notify(job_failed_notice(job_id, error))
         self._publish(job_id, "failed", ended=True)
+
+    def preempted(
+        self,
+        job_id: int,
+        *,
+        reason: str,
+        cost_usd: float,
+        invocations: list[dict[str, Any]] | None,
+    ) -> None:
+        """A pre-empted job is no failure (no webhook notice): it ended on purpose, with
+        its bill so far and why (in ``error``, the record's field for why a job ended
+        without a version)."""
+        self._update(
+            job_id,
+            status="preempted",
+            finished_at=time.time(),
+            stop_reason=StopReason.PREEMPTED,
+            error=reason,
+            cost_usd=cost_usd,
+            invocations=invocations,
+        )
+        self.metrics.retrain_jobs.labels(status="preempted").inc()
+        self.metrics.retrain_stops.labels(reason=StopReason.PREEMPTED).inc()
+        self._publish(job_id, "preempted", ended=True)
 
     def billed(self, job_id: int, *, cost_usd: float, invocations: list[dict[str, Any]]) -> None:
         self._update(job_id, cost_usd=cost_usd, invocations=invocations)

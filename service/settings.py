@@ -214,6 +214,15 @@ class Settings(BaseSettings):
             "cost-aware's jobs, for a 9-26 % dearer adwin bill)."
         ),
     )
+    drift_preempts_jobs: bool = Field(
+        True,
+        description=(
+            "A drift alert that finds a scheduled job (a refresh) running stops it after its "
+            "epoch in flight, unpublished and recorded 'preempted', and its drift job starts "
+            "at once; false: the drift job waits for that job to end. Bootstrap, drift and "
+            "manual jobs always run to the end."
+        ),
+    )
     retrain_budget_usd: float | None = Field(
         None, gt=0, description="Stop a job once its workers have cost this much (USD)."
     )

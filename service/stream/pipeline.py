@@ -510,9 +510,12 @@ class Pipeline:
                 continue
             if self.retrainer.active_job_id is not None and change_after_id is not None:
                 # The running job's window predates the change: train on the change as
-                # soon as it ends, rather than call that job the answer to the alert.
+                # soon as it ends, rather than call that job the answer to the alert; a
+                # scheduled job is cut short at its next epoch (DRIFT_PREEMPTS_JOBS).
                 with self._deferred_lock:
                     self._deferred_drift = (trigger, alert_id, change_after_id)
+                if self.settings.drift_preempts_jobs:
+                    self.retrainer.preempt(f"pre-empted by drift alert {alert_id}")
                 continue
             self.retrainer.request(
                 trigger, alert_id, base=self.current, change_after_id=change_after_id

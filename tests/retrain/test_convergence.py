@@ -143,4 +143,10 @@ def test_smallest_valid_arguments_are_accepted() -> None:
 
 
 def test_stop_reasons_have_stable_names() -> None:
-    assert [str(r) for r in StopReason] == ["converged", "max_epochs", "latency_cap", "budget"]
+    assert [str(r) for r in StopReason] == [
+        "converged",
+        "max_epochs",
+        "latency_cap",
+        "budget",
+        "preempted",
+    ]

@@ -1,5 +1,9 @@
 """A retraining job's life as the service sees it: recorded before serving follows its
-version, published once, its stragglers billed after it, its objects deleted when it ends.
+version, published once, its stragglers billed after it, its objects deleted when it ends,
+or pre-empted between epochs with nothing published.
+
+The configurator is pinned to ``static`` (RETRAIN_WORKERS every epoch): the tests count
+workers, invocations and objects, which GP-OPT, the default, would choose otherwise.
 """
 
 from __future__ import annotations
@@ -47,7 +51,10 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
     """Pipelines on one data directory and database; a second one is a restart."""
     with pipeline_factory(
         lambda **overrides: small_settings(
-            tmp_path / "data", database_url, **{"max_epochs": 3, **overrides}
+            tmp_path / "data",
+            database_url,
+            # These tests are about a job's workers and objects, not its configurator.
+            **{"max_epochs": 3, "retrain_configurator": "static", **overrides},
         )
     ) as make:
         yield make
@@ -394,3 +401,67 @@ def test_a_restart_sweeps_objects_of_ended_jobs_but_not_of_jobs_still_running(
     store.put(running, b"in use")
     restarted.retrainer._sweep(keep=None)
     assert sorted(_job_objects(restarted)) == sorted([foreign, running])
+
+
+def test_a_preempted_refresh_stops_after_its_epoch_publishes_nothing_and_leaves_no_objects(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    pipeline = make_pipeline(
+        background=True,
+        bootstrap_events=10**6,  # no automatic job: the test starts one
+        retrain_configurator="static",  # the job's mechanics, not the configurator's
+        max_epochs=30,
+    )
+    pipeline.ingest(events[:300])
+    recorder = pipeline.retrainer._recorder
+    record_epoch = recorder.epoch
+    asked: list[int | None] = []
+
+    def preempt_at_epoch_1(job_id: int, record: EpochRecord) -> None:
+        record_epoch(job_id, record)
+        if record.epoch == 1:  # an alert arrives while the refresh trains
+            asked.append(pipeline.retrainer.preempt("pre-empted by drift alert 7"))
+
+    recorder.epoch = preempt_at_epoch_1  # type: ignore[method-assign]
+    job_id = pipeline.retrainer.request("refresh")
+    pipeline.retrainer.wait(timeout=WAIT_S)
+    job = _job(pipeline, job_id)
+    assert asked == [job_id]
+    assert (job["status"], job["stop_reason"], job["error"]) == (
+        "preempted",
+        "preempted",
+        "pre-empted by drift alert 7",
+    )
+    assert [e["epoch"] for e in job["epochs"]] == [0, 1]  # the epoch in flight finished
+    assert job["model_version"] is None and job["finished_at"] is not None
+    assert job["cost_usd"] == pytest.approx(sum(i["cost_usd"] for i in job["invocations"]))
+    assert pipeline.registry.versions() == []
+    assert _job_objects(pipeline) == []
+    assert pipeline.retrainer.active_job_id is None
+    # The next job starts at once and publishes as usual.
+    drift_job = pipeline.retrainer.request("drift")
+    pipeline.retrainer.wait(timeout=WAIT_S)
+    assert _job(pipeline, drift_job)["status"] == "succeeded"
+
+
+@pytest.mark.parametrize("trigger", ["bootstrap", "drift", "manual"])
+def test_bootstrap_drift_and_manual_jobs_are_not_preempted(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent], trigger: str
+) -> None:
+    pipeline = make_pipeline(bootstrap_events=10**6, retrain_configurator="static")
+    pipeline.ingest(events[:300])
+    recorder = pipeline.retrainer._recorder
+    record_epoch = recorder.epoch
+    asked: list[int | None] = []
+
+    def preempt_at_epoch_0(job_id: int, record: EpochRecord) -> None:
+        record_epoch(job_id, record)
+        if record.epoch == 0:
+            asked.append(pipeline.retrainer.preempt("pre-empted by drift alert 7"))
+
+    recorder.epoch = preempt_at_epoch_0  # type: ignore[method-assign]
+    job_id = pipeline.retrainer.request(trigger)  # runs inline: background=False
+    job = _job(pipeline, job_id)
+    assert asked == [None]
+    assert job["status"] == "succeeded" and job["stop_reason"] != "preempted"
+    assert len(job["epochs"]) == 3
