@@ -262,11 +262,13 @@ class Settings(BaseSettings):
         10_000, ge=1, description="RETRAIN_POLICY=periodic: labelled events between retrains."
     )
     retrain_configurator: str = Field(
-        "static",
+        "gp",
         description=(
             "Who picks each epoch's config vector: a name in configurator.CONFIGURATORS "
-            "(gp: GP-OPT, the cheapest config that meets the deadline; static: the "
-            "RETRAIN_WORKERS, RETRAIN_MEMORY_MB, ... defaults every epoch)."
+            "(gp: GP-OPT, the cheapest config that meets the deadline, so a job takes "
+            "about as long as LATENCY_CAP_SECONDS allows, and a drift alert pre-empts a "
+            "refresh (DRIFT_PREEMPTS_JOBS); static: the RETRAIN_WORKERS, "
+            "RETRAIN_MEMORY_MB, ... defaults every epoch)."
         ),
     )
     retrain_sync: str = Field(

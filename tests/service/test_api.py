@@ -9,6 +9,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -143,7 +144,17 @@ def test_recommendations_exclude_items_the_user_rated(client: TestClient) -> Non
     assert rated and not rated & {item["item_id"] for item in answer["items"]}
 
 
-def test_manual_retrain_publishes_a_version_that_serves(client: TestClient) -> None:
+@pytest.fixture
+def static_client(settings: Settings) -> Iterator[TestClient]:
+    """A service whose jobs run RETRAIN_WORKERS every epoch: for tests that count
+    workers rather than test the configurator."""
+    pinned = settings.model_copy(update={"retrain_configurator": "static"})
+    with TestClient(create_app(pinned)) as test_client:
+        yield test_client
+
+
+def test_manual_retrain_publishes_a_version_that_serves(static_client: TestClient) -> None:
+    client = static_client
     assert client.post("/retrain").status_code == 409  # nothing to train on yet
     events = [_event(i, rating=float(1 + (i * 7) % 5)) for i in range(150)]
     client.post("/ingest", json={"events": events})
@@ -176,6 +187,31 @@ def test_manual_retrain_publishes_a_version_that_serves(client: TestClient) -> N
     assert len(models["versions"][0]["checksum"]) == 64
     answer = client.get("/recommend", params={"user_id": "u1", "k": 3}).json()
     assert answer["source"] == "model" and answer["model_version"] == job["model_version"]
+
+
+def test_a_job_shows_each_gp_opt_decision_with_its_predictions_and_outcome(
+    client: TestClient,
+) -> None:
+    """GP-OPT is the default configurator: each epoch of ``/jobs/{id}`` says what it
+    weighed, what it predicted (with 90 % intervals) and what came of it."""
+    events = [_event(i, rating=float(1 + (i * 7) % 5)) for i in range(150)]
+    client.post("/ingest", json={"events": events})
+    job_id = client.post("/retrain").json()["job_id"]
+    client.app.state.pipeline.retrainer.wait(timeout=60)
+    job = client.get(f"/jobs/{job_id}").json()
+    assert job["status"] == "succeeded" and job["params"]["configurator"] == "gp", job
+    for epoch in job["epochs"]:
+        decision = epoch["config"]["decision"]
+        assert decision["candidates"] >= decision["considered"] >= 1
+        low, high = decision["latency_interval_s"]
+        assert 0 < low <= decision["latency_s"] <= high
+        low, high = decision["cost_interval_usd"]
+        assert 0 <= low <= decision["cost_usd"] <= high
+        assert decision["deadline_s"] > 0 and 0 <= decision["p_feasible"] <= 1
+        assert decision["observed_latency_s"] == pytest.approx(epoch["duration_s"])
+        assert decision["observed_cost_usd"] >= 0
+        assert decision["reason"]
+    assert 1 <= epoch["config"]["workers"] <= client.app.state.pipeline.settings.retrain_workers
 
 
 def test_unknown_job_is_a_404(client: TestClient) -> None:

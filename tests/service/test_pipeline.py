@@ -46,6 +46,7 @@ def _settings(data_dir: Path, database_url: str) -> Settings:
         max_epochs=5,
         refresh_events=None,
         retrain_runtime="thread",
+        retrain_configurator="static",  # epochs run the settings' batch size and λ
     )
 
 

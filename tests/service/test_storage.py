@@ -36,6 +36,8 @@ def pipeline(tmp_path: Path, database_url: str, runtime: str) -> Iterator[Pipeli
         database_url=database_url,
         retrain_runtime=runtime,
         retrain_workers=4,
+        # Jobs' own objects and retention, not the configurator's warm-start history.
+        retrain_configurator="static",
         max_epochs=3,
         bootstrap_events=200,
         refresh_events=None,
