@@ -87,6 +87,20 @@ def recovery(scenario: Scenario, accuracy: np.ndarray, sustained: int = SUSTAINE
     return float(np.mean(spans))
 
 
+def reaction(scenario: Scenario, run: Run) -> float:
+    """Mean over drifts of the seconds from onset to the start of the first job after
+    it (a drift alert's job, a batch, a period): how long the policy took to act, apart
+    from how long its job then ran; a drift no job followed counts until the next onset
+    or the horizon."""
+    starts = np.array([job.start_s for job in run.jobs])
+    bounds = [*scenario.onsets_s, float(scenario.horizon_s)]
+    spans = []
+    for onset, until in zip(bounds[:-1], bounds[1:], strict=True):
+        after = starts[(starts >= onset) & (starts < until)]
+        spans.append(float(after.min()) - onset if after.size else until - onset)
+    return float(np.mean(spans))
+
+
 @dataclass(frozen=True)
 class RunFigures:
     """One replay's figures against best-effort on the same runtime and seed."""
@@ -103,6 +117,7 @@ class RunFigures:
     jobs: int
     incorporation_latency_s: float
     recovery_s: float
+    reaction_s: float
 
 
 def run_figures(scenario: Scenario, run: Run, best_effort: Run) -> RunFigures:
@@ -126,6 +141,7 @@ def run_figures(scenario: Scenario, run: Run, best_effort: Run) -> RunFigures:
         jobs=len(run.jobs),
         incorporation_latency_s=incorporation_latency(scenario, run),
         recovery_s=recovery(scenario, np.nan_to_num(accuracy, nan=1.0)),
+        reaction_s=reaction(scenario, run),
     )
 
 

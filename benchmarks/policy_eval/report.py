@@ -67,6 +67,8 @@ def _fmt(value: Any, digits: int = 3) -> str:
 
 
 def _ci(entry: dict[str, Any]) -> str:
+    if entry.get("mean") is None and entry.get("note"):
+        return str(entry["note"])
     ci = entry.get("ci95")
     mean = _fmt(entry.get("mean"))
     return mean if not ci else f"{mean} [{_fmt(ci[0])}, {_fmt(ci[1])}]"
@@ -77,15 +79,16 @@ def _trace_table(trace: str, block: dict[str, Any]) -> list[str]:
         f"### {trace}",
         "",
         "| policy | runtime | cost US$ | mean A | p10 A | retrain s | incorporation s "
-        "| recovery s | jobs | hit-rate@10 |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
+        "| recovery s | reaction s | jobs | hit-rate@10 |",
+        "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",
     ]
     for policy, runtimes in block.items():
         for runtime, f in runtimes.items():
             lines.append(
                 f"| {policy} ({f['knob']}) | {runtime} | {f['cost_usd']:.4f} | "
                 f"{f['mean_accuracy']:.3f} | {f['p10_accuracy']:.3f} | {f['retrain_s']:.1f} | "
-                f"{f['incorporation_latency_s']:.0f} | {f['recovery_s']:.0f} | {f['jobs']:.0f} | "
+                f"{f['incorporation_latency_s']:.0f} | {f['recovery_s']:.0f} | "
+                f"{f['reaction_s']:.0f} | {f['jobs']:.0f} | "
                 f"{f['hit_rate_at_10']:.3f} |"
             )
     return [*lines, ""]

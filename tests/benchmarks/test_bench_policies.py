@@ -101,3 +101,21 @@ def test_the_cli_prints_one_json_object_last(tmp_path: Path) -> None:
     assert answer.exit_code == 0, answer.output
     parsed = json.loads(answer.output.strip().splitlines()[-1])
     assert set(parsed["headline"]) >= HEADLINE
+
+
+def test_recovery_is_compared_as_seconds_summed_over_seeds_and_a_tie_is_no_loss() -> None:
+    from benchmarks.bench.policies import pooled_ratio
+
+    # A seed where adwin never fell behind counts for cost-aware's seconds, not out.
+    pooled = pooled_ratio([100.0, 50.0, 90.0], [0.0, 50.0, 30.0])
+    assert pooled["mean"] == pytest.approx(3.0) and pooled["seeds_reaching"] == 3
+    low, high = pooled["ci95"]
+    assert low <= 3.0 <= high
+    # Neither fell behind on any seed: nothing to compare, not a ratio of 0.
+    assert pooled_ratio([0.0, 0.0], [0.0, 0.0]) == {
+        "mean": None,
+        "ci95": None,
+        "seeds_reaching": 0,
+        "note": "tie: neither fell behind",
+    }
+    assert pooled_ratio([0.0, 0.0], [12.0, 0.0])["mean"] == 0.0  # cost-aware never did

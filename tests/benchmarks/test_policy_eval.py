@@ -68,3 +68,13 @@ def test_a_drift_job_on_functions_meets_its_tighter_deadline_with_more_workers()
     # A VM's speed is its capacity's, whatever started the job.
     vm = PeakVmRuntime(jobs, np.full(600, 50.0), vm_prices("c5"))
     assert vm.run(0.0, samples, "drift") == vm.run(0.0, samples, "cost-aware")
+
+
+def test_reaction_runs_from_each_onset_to_the_first_job_started_after_it() -> None:
+    from benchmarks.policy_eval.figures import reaction
+    from benchmarks.policy_eval.run import Job
+
+    scene = _scenario()  # one drift at 400 s, horizon 1,000 s
+    run = Run(jobs=[Job(s, s + 20, 0, 1.0, 0.0, "drift") for s in (300.0, 450.0, 700.0)])
+    assert reaction(scene, run) == 50.0
+    assert reaction(scene, Run()) == 600.0  # no job after it: until the horizon
