@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from drift.heartbeat import Heartbeat
-from drift.monitor import DriftAlert, DriftMonitor
+from drift.monitor import DriftAlert, DriftMonitor, split_means
 
 EVENTS = 500
 
@@ -148,3 +148,11 @@ def test_a_saved_state_with_a_non_finite_heartbeat_is_refused() -> None:
     with pytest.raises(ValueError, match="finite"):
         monitor.restore({"heartbeats": [0.9, "nan"], "changes": 0})
     assert monitor.window_size == 0
+
+
+def test_split_means_finds_the_rise_after_a_larger_fall_when_asked_for_rises() -> None:
+    values = np.r_[np.full(10, 2.0), np.full(40, 1.0), np.full(10, 1.3)]
+    assert split_means(values, 5)[2] == 10  # the fall scores higher
+    before, after, split = split_means(values, 5, rises_only=True)
+    assert (split, before, after) == (50, pytest.approx(1.0), pytest.approx(1.3))
+    assert split_means(np.linspace(2.0, 1.0, 20), 5, rises_only=True)[2] == 20  # no rise
