@@ -97,7 +97,11 @@ def _trace_table(trace: str, block: dict[str, Any]) -> list[str]:
 def markdown(result: dict[str, Any], plots: list[Path]) -> str:
     lines = ["# bench policies", ""]
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
-    lines += ["## Comparisons per trace (mean over seeds [95 % bootstrap CI])", ""]
+    lines += [
+        "## Comparisons per trace (mean over seeds [95 % bootstrap CI]; recovery: seconds "
+        "pooled over drifts and seeds)",
+        "",
+    ]
     names = list(next(iter(result["comparisons"].values())))
     lines.append("| trace | " + " | ".join(names) + " |")
     lines.append("| --- |" + " ---: |" * len(names))
