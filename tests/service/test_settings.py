@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from service.retraining import job_spec
 from service.settings import Settings
 
 
@@ -44,3 +45,13 @@ def test_the_lambda_runtime_needs_an_s3_object_store(tmp_path: Path) -> None:
         Settings(retrain_runtime="lambda", data_dir=tmp_path)
     settings = Settings(retrain_runtime="lambda", object_store_url="s3://models/driftline")
     assert settings.lambda_function == "driftline-worker"
+
+
+def test_by_default_a_refresh_has_two_minutes_and_a_drift_job_thirty_seconds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("DRIFTLINE_LATENCY_CAP_SECONDS", raising=False)
+    monkeypatch.delenv("DRIFTLINE_DRIFT_LATENCY_CAP_SECONDS", raising=False)
+    spec = job_spec(Settings())
+    caps = {t: spec.for_trigger(t).latency_cap_s for t in ("bootstrap", "refresh", "drift")}
+    assert caps == {"bootstrap": 120.0, "refresh": 120.0, "drift": 30.0}
