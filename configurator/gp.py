@@ -15,7 +15,9 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    LATENCY_CAP_SECONDS) ≥ confidence`` and the same for the budget. The incumbent is
    the feasible candidate with the best posterior-mean cost per progress; the pick is
    the largest log constrained expected improvement over it among feasible candidates
-   not more than ``explore_slack`` dearer (safe, cost-aware exploration). The first
+   not more than ``explore_slack`` dearer at the 90th percentile of their posterior
+   (safe, cost-aware exploration). Once a few epochs ran, the latency posterior is
+   widened until it holds the job's own epochs (split-conformal). The first
    epoch is the prior's best feasible candidate. Changing memory or λ costs cold
    containers: the prior charges them to the epoch that switches (amortised over the
    epochs left in the objective), and a switch must also promise ``switch_gain``.
@@ -64,6 +66,12 @@ log = logging.getLogger(__name__)
 
 #: The three residuals modelled: log latency, log cost, log progress.
 OUTPUTS = ("latency", "cost", "progress")
+#: Epochs decided before the latency interval is widened by the job's own errors, and
+#: how many recent ones it looks at.
+CALIBRATION_EPOCHS = 5
+CALIBRATION_WINDOW = 20
+#: z of a two-sided 90 % interval (its upper end is the 95th percentile).
+Z95 = 1.6448536269514722
 
 
 @dataclass(frozen=True)
@@ -131,6 +139,8 @@ class _Scored:
     objective: np.ndarray
     objective_sd: np.ndarray
     p_feasible: np.ndarray
+    #: The factor latency spreads were widened by (``GpOptConfigurator._latency_widening``).
+    widening: float
 
 
 class GpOptConfigurator(Configurator):
@@ -304,21 +314,47 @@ class GpOptConfigurator(Configurator):
         switching = np.log1p(np.maximum(np.exp(cost - steady_cost) - 1.0, 0.0) / left)
         objective = steady_cost + switching - progress
         objective_sd = np.sqrt(epi["cost"] + epi["progress"])
-        total_lat_sd = np.sqrt(lat_sd**2 + epi["latency"])
+        widen = self._latency_widening(history)
+        total_lat_sd = widen * np.sqrt(lat_sd**2 + epi["latency"])
         total_cost_sd = np.sqrt(cost_sd**2 + epi["cost"])
         p = ndtr((math.log(deadline) - lat) / total_lat_sd)
         # A pick must also be one the job can stay on: an epoch that meets its share only
         # because the last one left every container warm (a small λ after a large one)
         # runs late as soon as it follows itself, and a late epoch shrinks every later
         # epoch's share.
-        staying = ndtr(
-            (math.log(deadline) - steady_lat) / np.sqrt(steady_lat_sd**2 + epi["latency"])
-        )
+        steady_sd = widen * np.sqrt(steady_lat_sd**2 + epi["latency"])
+        staying = ndtr((math.log(deadline) - steady_lat) / steady_sd)
         p = np.minimum(p, staying)
         if math.isfinite(budget):
             p = p * ndtr((math.log(budget) - cost) / total_cost_sd)
         del progress_sd
-        return _Scored(rows, lat, total_lat_sd, cost, total_cost_sd, objective, objective_sd, p)
+        return _Scored(
+            rows, lat, total_lat_sd, cost, total_cost_sd, objective, objective_sd, p, widen
+        )
+
+    def _latency_widening(self, history: Sequence[Observation]) -> float:
+        """How much wider the latency posterior must be to hold this job's own epochs:
+        the 90th percentile of their standardised errors over the normal's, at least 1,
+        once ``CALIBRATION_EPOCHS`` epochs were decided here (a split-conformal
+        correction of the interval).
+
+        The analytic order statistic is exact only for the slowdowns it assumes; until
+        a job's records show the fleet's tail (a job of one or two workers an epoch
+        shows it slowly), its intervals are too narrow, and a pick at the edge of the
+        chance constraint runs late more often than one epoch in ten.
+        """
+        # The decision of epoch t is the t-th of those made for this job's epochs.
+        decided = self.decisions[-len(history) :] if history else []
+        pairs = list(zip(decided, history[-len(decided) :], strict=True)) if decided else []
+        errors = []
+        for decision, observed in pairs[-CALIBRATION_WINDOW:]:
+            sd = math.log(max(decision.latency_interval_s[1], 1e-12) / decision.latency_s) / Z95
+            sd /= decision.extra.get("latency_widening", 1.0)  # the model's own spread
+            if sd > 0 and observed.duration_s > 0:
+                errors.append(math.log(observed.duration_s / decision.latency_s) / sd)
+        if len(errors) < CALIBRATION_EPOCHS:
+            return 1.0
+        return max(1.0, float(np.quantile(errors, 0.9)) / Z90)
 
     def _decide(
         self, scored: _Scored, history: Sequence[Observation], epoch: int
@@ -335,10 +371,14 @@ class GpOptConfigurator(Configurator):
         explore = settings.use_gp and epoch > 0
         if not explore:
             return incumbent, "best feasible posterior mean", len(safe)
-        near = safe[
-            scored.objective[safe]
-            <= scored.objective[incumbent] + math.log1p(settings.explore_slack)
-        ]
+        # Safe exploration of the objective as of the deadline: a candidate is tried
+        # only if it is unlikely to be much dearer per progress than the incumbent, not
+        # merely if its mean is close. Progress is the least arithmetic output (a batch
+        # size the prior favours can progress a quarter as much), and mean-only
+        # closeness let expected improvement pick exactly the most uncertain of those.
+        pessimistic = scored.objective[safe] + Z90 * scored.objective_sd[safe]
+        bound = scored.objective[incumbent] + math.log1p(settings.explore_slack)
+        near = np.union1d(safe[pessimistic <= bound], [incumbent])
         log_p = np.log(np.maximum(scored.p_feasible[near], 1e-300))
         score = (
             log_constrained_ei(
@@ -386,7 +426,7 @@ class GpOptConfigurator(Configurator):
     ) -> Decision:
         lat, lat_sd = float(scored.lat[pick]), float(scored.lat_sd[pick])
         cost, cost_sd = float(scored.cost[pick]), float(scored.cost_sd[pick])
-        z = 1.6448536269514722  # a 90 % two-sided interval
+        z = Z95  # a 90 % two-sided interval
         return Decision(
             candidates=len(self._grid),
             considered=considered or len(scored.rows),
@@ -398,7 +438,7 @@ class GpOptConfigurator(Configurator):
             p_feasible=float(scored.p_feasible[pick]),
             decision_ms=(time.perf_counter() - started) * 1000,
             reason=reason,
-            extra={"scored": len(scored.rows)},
+            extra={"scored": len(scored.rows), "latency_widening": scored.widening},
         )
 
     # -- the surrogates' data -------------------------------------------------------------

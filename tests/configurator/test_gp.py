@@ -4,6 +4,7 @@ cached GP predictions equal to gpytorch's, pruning, warm start, acquisition."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +13,7 @@ import torch
 
 from configurator import EpochConfig, History, JobContext, Observation, SearchSpace, WorkerRun
 from configurator.acquisition import log_constrained_ei, log_h
-from configurator.gp import GpOptConfigurator, GpOptSettings, _undominated
+from configurator.gp import GpOptConfigurator, GpOptSettings, _Scored, _undominated
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
 from configurator.performance import EpochModel, recalibrate
 from configurator.space import Candidates
@@ -207,3 +208,47 @@ def test_the_store_keeps_only_the_newest_jobs_observations(tmp_path: Path) -> No
         f"job-{KEEP_STORED + 5}",
         f"job-{KEEP_STORED + 4}",
     ]
+
+
+def test_the_latency_interval_widens_until_it_holds_the_jobs_own_epochs() -> None:
+    rng = np.random.default_rng(5)
+    truth = EpochModel.prior()
+    steady = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    erratic = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    histories: dict[int, list[Observation]] = {id(steady): [], id(erratic): []}
+    factors = rng.choice([1.0, 2.5], size=12, p=[0.6, 0.4])
+    for t in range(12):
+        for configurator, scale in ((steady, 1.0), (erratic, factors[t])):
+            history = histories[id(configurator)]
+            config = configurator.propose(t, history)
+            epoch = _observe(truth, config, 1.0 - 0.02 * t, rng)
+            history.append(replace(epoch, duration_s=epoch.duration_s * scale))
+    widened = erratic.decisions[-1].extra["latency_widening"]
+    assert steady.decisions[-1].extra["latency_widening"] == pytest.approx(1.0, abs=0.3)
+    assert widened > 1.5
+    inside = [
+        d.latency_interval_s[0] <= o.duration_s <= d.latency_interval_s[1]
+        for d, o in zip(erratic.decisions[6:], histories[id(erratic)][6:], strict=True)
+    ]
+    assert np.mean(inside) >= 0.5
+
+
+def test_exploration_skips_candidates_that_could_be_far_dearer_than_the_incumbent() -> None:
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    history = _job(configurator, 3)
+    n = 6
+    scored = _Scored(
+        rows=np.arange(n),
+        lat=np.zeros(n),
+        lat_sd=np.full(n, 0.1),
+        cost=np.zeros(n),
+        cost_sd=np.full(n, 0.1),
+        # The incumbent (0), two near it and sure, three near on average but uncertain.
+        objective=np.array([0.0, 0.05, 0.1, 0.02, 0.03, 0.04]),
+        objective_sd=np.array([0.01, 0.01, 0.01, 1.0, 1.5, 2.0]),
+        p_feasible=np.ones(n),
+        widening=1.0,
+    )
+    pick, _, considered = configurator._decide(scored, history, epoch=3)
+    assert pick in (0, 1, 2)
+    assert considered == 3
