@@ -277,13 +277,16 @@ class Settings(BaseSettings):
         10_000, ge=1, description="RETRAIN_POLICY=periodic: labelled events between retrains."
     )
     retrain_configurator: str = Field(
-        "gp",
+        "static",
         description=(
             "Who picks each epoch's config vector: a name in configurator.CONFIGURATORS "
             "(gp: GP-OPT, the cheapest config that meets the deadline, so a job takes "
             "about as long as LATENCY_CAP_SECONDS allows, and a drift alert pre-empts a "
             "refresh (DRIFT_PREEMPTS_JOBS); static: the RETRAIN_WORKERS, "
-            "RETRAIN_MEMORY_MB, ... defaults every epoch)."
+            "RETRAIN_MEMORY_MB, ... defaults every epoch). static is the default while "
+            "GP-OPT decides and refits inside the serving process: with gp, /recommend's "
+            "p99 under ingestion and a retrain was 1.24 s against 0.49 s (bench serve, "
+            "one run each, minutes apart)."
         ),
     )
     retrain_sync: str = Field(

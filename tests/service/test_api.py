@@ -189,11 +189,20 @@ def test_manual_retrain_publishes_a_version_that_serves(static_client: TestClien
     assert answer["source"] == "model" and answer["model_version"] == job["model_version"]
 
 
+@pytest.fixture
+def gp_client(settings: Settings) -> Iterator[TestClient]:
+    """A service whose jobs GP-OPT configures."""
+    pinned = settings.model_copy(update={"retrain_configurator": "gp"})
+    with TestClient(create_app(pinned)) as test_client:
+        yield test_client
+
+
 def test_a_job_shows_each_gp_opt_decision_with_its_predictions_and_outcome(
-    client: TestClient,
+    gp_client: TestClient,
 ) -> None:
-    """GP-OPT is the default configurator: each epoch of ``/jobs/{id}`` says what it
-    weighed, what it predicted (with 90 % intervals) and what came of it."""
+    """With GP-OPT each epoch of ``/jobs/{id}`` says what it weighed, what it predicted
+    (with 90 % intervals) and what came of it."""
+    client = gp_client
     events = [_event(i, rating=float(1 + (i * 7) % 5)) for i in range(150)]
     client.post("/ingest", json={"events": events})
     job_id = client.post("/retrain").json()["job_id"]
