@@ -10,11 +10,15 @@ epoch; GP-OPT searches from the context.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from configurator.base import Configurator, JobContext
 from configurator.history import History
 from configurator.space import EpochConfig
 from configurator.static import StaticConfigurator
+
+if TYPE_CHECKING:
+    from configurator.process import ConfiguratorHost
 
 
 def _static(
@@ -36,17 +40,26 @@ CONFIGURATORS: dict[
     "gp": _gp,
 }
 
+#: Configurators whose decisions are numeric work (fits, posteriors over thousands of
+#: candidates): given a host, they run in its process, off the serving process's
+#: interpreter lock (``configurator.process``). The static one answers a constant.
+ISOLATED: frozenset[str] = frozenset({"gp"})
+
 
 def make_configurator(
     name: str,
     default: EpochConfig,
     context: JobContext | None = None,
     history: History | None = None,
+    host: ConfiguratorHost | None = None,
 ) -> Configurator:
-    """The configurator registered as ``name``, starting from ``default``."""
+    """The configurator registered as ``name``, starting from ``default``; in ``host``'s
+    process when it is given and ``name`` is one of :data:`ISOLATED`."""
     try:
         build = CONFIGURATORS[name]
     except KeyError:
         choices = sorted(CONFIGURATORS)
         raise ValueError(f"unknown configurator {name!r}; choose from {choices}") from None
+    if host is not None and name in ISOLATED:
+        return host.configurator(name, default, context, history)
     return build(default, context, history)

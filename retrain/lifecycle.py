@@ -33,6 +33,8 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from configurator import Configurator, History, JobContext, make_configurator
+from configurator.process import ConfiguratorHost
+from configurator.registry import ISOLATED
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectStore
@@ -193,6 +195,7 @@ class Retrainer:
         *,
         background: bool = True,
         lambda_function: str = "driftline-worker",
+        configurator_host: ConfiguratorHost | None = None,
     ) -> None:
         self._spec = spec
         self._windows = windows
@@ -217,6 +220,11 @@ class Retrainer:
         self.training_seconds = 0.0
         #: Set whenever a job has published a version; serving follows the registry.
         self.published = threading.Event()
+        #: Where numeric configurators decide (None: in this process); started now when
+        #: jobs will use it, so the first job does not wait for its imports.
+        self._configurator_host = configurator_host
+        if configurator_host is not None and spec().configurator in ISOLATED:
+            configurator_host.start()
 
     @property
     def active_job_id(self) -> int | None:
@@ -706,7 +714,11 @@ class Retrainer:
             max_workers=_MAX_WORKERS.get(spec.runtime, spec.workers),
         )
         return make_configurator(
-            spec.configurator, spec.epoch_config(), context, History(self._store)
+            spec.configurator,
+            spec.epoch_config(),
+            context,
+            History(self._store),
+            host=self._configurator_host,
         )
 
     # -- placement --------------------------------------------------------------------
@@ -742,10 +754,13 @@ class Retrainer:
         }
 
     def close(self) -> None:
-        """Stop the worker processes of the function runtimes that were started."""
+        """Stop the worker processes of the function runtimes that were started, and
+        the configurator process."""
         for runtime in self._runtimes.values():
             runtime.close()
         self._runtimes = {}
+        if self._configurator_host is not None:
+            self._configurator_host.close()
 
 
 def coordinator_job(job_id: int) -> str:

@@ -13,6 +13,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from configurator.process import ConfiguratorHost
 from retrain import EpochRecord, RatingsWindow
 from retrain.convergence import StopReason
 from retrain.lifecycle import Retrainer
@@ -285,4 +286,5 @@ def build_retrainer(
         settings.resolved_object_store_url,
         background=background,
         lambda_function=settings.lambda_function,
+        configurator_host=ConfiguratorHost() if settings.retrain_configurator_process else None,
     )

@@ -283,10 +283,15 @@ class Settings(BaseSettings):
             "(gp: GP-OPT, the cheapest config that meets the deadline, so a job takes "
             "about as long as LATENCY_CAP_SECONDS allows, and a drift alert pre-empts a "
             "refresh (DRIFT_PREEMPTS_JOBS); static: the RETRAIN_WORKERS, "
-            "RETRAIN_MEMORY_MB, ... defaults every epoch). static is the default while "
-            "GP-OPT decides and refits inside the serving process: with gp, /recommend's "
-            "p99 under ingestion and a retrain was 1.24 s against 0.49 s (bench serve, "
-            "one run each, minutes apart)."
+            "RETRAIN_MEMORY_MB, ... defaults every epoch)."
+        ),
+    )
+    retrain_configurator_process: bool = Field(
+        True,
+        description=(
+            "Run GP-OPT's decisions and refits in a child process of the service rather "
+            "than beside /recommend's threads under one interpreter lock (bench serve: "
+            "p99 under ingestion and a retrain 440 ms in process)."
         ),
     )
     retrain_sync: str = Field(

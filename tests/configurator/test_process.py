@@ -1,0 +1,110 @@
+"""GP-OPT in the service's configurator process: same decisions, kept observations, and
+a dead or failing child that costs a job its search but not the job."""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from configurator import EpochConfig, History, JobContext, Observation, make_configurator
+from configurator.performance import EpochModel
+from configurator.process import ConfiguratorHost, HostedConfigurator, HostedError, _Open
+from functions.objectstore import FileObjectStore
+from tests.configurator.test_gp import DEFAULT, _observe
+from tests.support.pipelines import pipeline_factory, small_settings
+
+
+def _context() -> JobContext:
+    return JobContext(100_000, 8, 10_000, 60.0, None, 10, job_id="job-7", max_workers=16)
+
+
+@pytest.fixture
+def host() -> Iterator[ConfiguratorHost]:
+    started = ConfiguratorHost()
+    yield started
+    started.close()
+
+
+def _run(
+    configurator: HostedConfigurator, history: list[Observation], count: int
+) -> list[Observation]:
+    """``count`` more epochs of ``history``, each decided by ``configurator``."""
+    truth, rng = EpochModel.prior(), np.random.default_rng(len(history))
+    for _ in range(count):
+        config = configurator.propose(len(history), history)
+        assert configurator.last_decision is not None, f"epoch {len(history)}: no decision"
+        history.append(_observe(truth, config, 0.97 ** (len(history) + 1), rng))
+    return history
+
+
+def test_gp_opt_decides_in_the_child_as_it_would_in_process(
+    host: ConfiguratorHost, tmp_path: Path
+) -> None:
+    store = FileObjectStore(tmp_path)
+    hosted = make_configurator("gp", DEFAULT, _context(), History(store), host=host)
+    assert isinstance(hosted, HostedConfigurator)
+    in_process = make_configurator("gp", DEFAULT, _context())
+    first = hosted.propose(0, [])
+    assert first == in_process.propose(0, [])  # the calibrated prior's pick: deterministic
+    assert host.pid is not None and host.pid != os.getpid()
+
+    history = _run(hosted, [_observe(EpochModel.prior(), first, 0.97, np.random.default_rng())], 3)
+    hosted.close(history)
+    kept = History(store).load()
+    assert [job.job_id for job in kept] == ["job-7"] and len(kept[0].epochs) == 4
+    assert kept[0].hyperparameters  # the child's fitted GPs came back with the epochs
+
+
+def test_a_dead_child_costs_the_job_its_search_and_the_next_job_gets_a_new_one(
+    host: ConfiguratorHost,
+) -> None:
+    hosted = host.configurator("gp", DEFAULT, _context(), None)
+    _run(hosted, [], 1)
+    first_pid = host.pid
+    assert first_pid is not None
+    os.kill(first_pid, signal.SIGKILL)
+    assert hosted.propose(1, []) == DEFAULT and hosted.last_decision is None
+    assert hosted.propose(2, []) == DEFAULT
+    hosted.close()
+
+    after = host.configurator("gp", DEFAULT, _context(), None)
+    _run(after, [], 2)
+    assert host.pid not in (None, first_pid)
+    after.close()
+
+
+def test_an_error_in_the_child_is_named_and_leaves_it_serving(host: ConfiguratorHost) -> None:
+    with pytest.raises(HostedError, match="unknown configurator 'nope'"):
+        host.call(_Open("k", "nope", DEFAULT, _context(), []))
+    _run(host.configurator("gp", DEFAULT, _context(), None), [], 1)
+
+
+def test_static_never_needs_the_child(host: ConfiguratorHost) -> None:
+    static = make_configurator("static", DEFAULT, _context(), host=host)
+    assert not isinstance(static, HostedConfigurator) and host.pid is None
+
+
+def test_a_gp_service_starts_its_configurator_process_and_stops_it_on_close(
+    tmp_path: Path,
+) -> None:
+    database = f"sqlite:///{tmp_path / 'driftline.db'}"
+    with pipeline_factory(small_settings) as make:
+        pipeline = make(tmp_path, database, retrain_configurator="gp")
+        host = pipeline.retrainer._configurator_host
+        assert host is not None and host.pid is not None  # started before any job
+        pid = host.pid
+        in_process = make(tmp_path / "b", database, retrain_configurator_process=False)
+        assert in_process.retrainer._configurator_host is None
+    assert host.pid is None
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
+
+
+def test_without_a_context_the_child_proposes_the_default(host: ConfiguratorHost) -> None:
+    default = EpochConfig(**{**DEFAULT.as_dict(), "workers": 2})
+    assert host.configurator("gp", default, None, None).propose(0, []) == default
