@@ -7,14 +7,17 @@ process they queue ``/recommend``'s threads behind them: bench serve measured th
 36-75 ms with the static configurator. In a child process they compete for a core,
 which the operating system shares out, and never for the lock.
 
-:class:`ConfiguratorHost` owns one child process per service, started once and reused
-by every job: a fresh interpreter (``python -m configurator.process``; a fork of a
-threaded server is unsafe, and multiprocessing's spawn re-imports the caller's main
-module), started ahead of the first job because torch's import costs seconds. A job's
-configurator is a :class:`HostedConfigurator`, a proxy that sends only the epochs the
-child has not seen and gets back the config and the decision. The child never touches
-the object store: the proxy reads earlier jobs' observations before the job and keeps
-the job's own when it ends, so the store's credentials and clients stay in the service.
+:class:`ConfiguratorHost` owns one child process, started once and reused by every job
+(:meth:`ConfiguratorHost.shared`: one per service process, however many pipelines it
+builds, stopped at exit; the child also exits when its parent dies). The child is a
+fresh interpreter, ``python -m configurator.process`` (a fork of a threaded server is
+unsafe, and multiprocessing's spawn re-imports the caller's main module), started
+ahead of the first job because torch's import costs seconds, and at a lower CPU
+priority. A job's configurator is a :class:`HostedConfigurator`, a proxy that sends
+only the epochs the child has not seen and gets back the config and the decision. The
+child never touches the object store: the proxy reads earlier jobs' observations before
+the job and keeps the job's own when it ends, so the store's credentials and clients
+stay in the service.
 
 If the child dies, or the configurator in it raises, the job goes on with its default
 config vector (the static configurator's), logged; the next call starts a fresh child.
@@ -22,7 +25,9 @@ config vector (the static configurator's), logged; the next call starts a fresh 
 
 from __future__ import annotations
 
+import atexit
 import logging
+import os
 import signal
 import socket
 import subprocess
@@ -42,6 +47,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds a closing host waits for its child before terminating it.
 STOP_TIMEOUT_S = 10.0
+#: How much lower the child's CPU priority is than the service's (``os.nice``), as the
+#: local runtime's containers: on a busy machine retraining yields to ``/recommend``; on
+#: an idle one a decision takes as long as ever.
+NICENESS = 10
 
 
 class HostUnavailable(RuntimeError):
@@ -146,6 +155,17 @@ class ConfiguratorHost:
         self._process: subprocess.Popen[bytes] | None = None
         self._connection: Connection | None = None
 
+    @classmethod
+    def shared(cls) -> ConfiguratorHost:
+        """This process's host: one child for every pipeline built here, stopped when
+        the interpreter exits."""
+        global _SHARED
+        with _SHARED_LOCK:
+            if _SHARED is None:
+                _SHARED = cls()
+                atexit.register(_SHARED.close)
+            return _SHARED
+
     def start(self) -> None:
         """Spawn the child now (it imports while the caller goes on)."""
         with self._lock:
@@ -217,6 +237,10 @@ class ConfiguratorHost:
         self._process, self._connection = None, None
 
 
+_SHARED: ConfiguratorHost | None = None
+_SHARED_LOCK = threading.Lock()
+
+
 class HostedConfigurator(Configurator):
     """One job's configurator, deciding in the host's child process.
 
@@ -280,6 +304,7 @@ def main(descriptor: int) -> None:
     ahead of its first job), then answer until the service closes the connection.
     Ctrl-C in a terminal reaches the whole process group: the service stops its child."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(NICENESS)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     import configurator.gp  # noqa: F401  (torch and gpytorch)
 

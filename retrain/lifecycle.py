@@ -221,7 +221,8 @@ class Retrainer:
         #: Set whenever a job has published a version; serving follows the registry.
         self.published = threading.Event()
         #: Where numeric configurators decide (None: in this process); started now when
-        #: jobs will use it, so the first job does not wait for its imports.
+        #: jobs will use it, so the first job does not wait for its imports. Not ours to
+        #: close: one host serves every retrainer of the process.
         self._configurator_host = configurator_host
         if configurator_host is not None and spec().configurator in ISOLATED:
             configurator_host.start()
@@ -754,13 +755,10 @@ class Retrainer:
         }
 
     def close(self) -> None:
-        """Stop the worker processes of the function runtimes that were started, and
-        the configurator process."""
+        """Stop the worker processes of the function runtimes that were started."""
         for runtime in self._runtimes.values():
             runtime.close()
         self._runtimes = {}
-        if self._configurator_host is not None:
-            self._configurator_host.close()
 
 
 def coordinator_job(job_id: int) -> str:

@@ -286,5 +286,7 @@ def build_retrainer(
         settings.resolved_object_store_url,
         background=background,
         lambda_function=settings.lambda_function,
-        configurator_host=ConfiguratorHost() if settings.retrain_configurator_process else None,
+        configurator_host=(
+            ConfiguratorHost.shared() if settings.retrain_configurator_process else None
+        ),
     )

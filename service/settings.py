@@ -277,7 +277,7 @@ class Settings(BaseSettings):
         10_000, ge=1, description="RETRAIN_POLICY=periodic: labelled events between retrains."
     )
     retrain_configurator: str = Field(
-        "static",
+        "gp",
         description=(
             "Who picks each epoch's config vector: a name in configurator.CONFIGURATORS "
             "(gp: GP-OPT, the cheapest config that meets the deadline, so a job takes "

@@ -211,6 +211,9 @@ class JobPublic(BaseModel):
     base_version: str | None
     model_version: str | None
     window_events: int | None
+    last_event_id: int | None = Field(
+        None, description="The newest event the job's window holds (its events are up to it)."
+    )
     stop_reason: str | None
     cost_usd: float | None
     error: str | None

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -89,20 +92,46 @@ def test_static_never_needs_the_child(host: ConfiguratorHost) -> None:
     assert not isinstance(static, HostedConfigurator) and host.pid is None
 
 
-def test_a_gp_service_starts_its_configurator_process_and_stops_it_on_close(
+def test_a_gp_service_starts_the_process_s_configurator_host_before_any_job(
     tmp_path: Path,
 ) -> None:
     database = f"sqlite:///{tmp_path / 'driftline.db'}"
     with pipeline_factory(small_settings) as make:
-        pipeline = make(tmp_path, database, retrain_configurator="gp")
-        host = pipeline.retrainer._configurator_host
-        assert host is not None and host.pid is not None  # started before any job
-        pid = host.pid
-        in_process = make(tmp_path / "b", database, retrain_configurator_process=False)
+        first = make(tmp_path, database, retrain_configurator="gp")
+        host = first.retrainer._configurator_host
+        assert host is ConfiguratorHost.shared() and host.pid is not None
+        again = make(tmp_path / "b", database, retrain_configurator="gp")
+        assert again.retrainer._configurator_host is host  # one child per process
+        in_process = make(tmp_path / "c", database, retrain_configurator_process=False)
         assert in_process.retrainer._configurator_host is None
-    assert host.pid is None
-    with pytest.raises(ProcessLookupError):
-        os.kill(pid, 0)
+
+
+def test_the_child_exits_when_its_service_dies(tmp_path: Path) -> None:
+    """A killed service leaves no configurator process behind: the child reads the end
+    of its connection and returns."""
+    script = (
+        "from configurator.process import ConfiguratorHost\n"
+        "host = ConfiguratorHost(); host.start(); print(host.pid, flush=True)\n"
+        "import time; time.sleep(600)\n"
+    )
+    service = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert service.stdout is not None
+    child = int(service.stdout.readline())
+    service.kill()
+    service.wait()
+    deadline = time.monotonic() + 60
+    while _running(child) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _running(child)
+
+
+def _running(pid: int) -> bool:
+    """Whether ``pid`` runs (a zombie no longer does: its parent here was killed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def test_without_a_context_the_child_proposes_the_default(host: ConfiguratorHost) -> None:

@@ -378,7 +378,7 @@ def test_a_spec_carries_the_settings_choices_of_policy_configurator_and_runtime(
     spec = job_spec(settings)
     assert (spec.policy, spec.configurator, spec.runtime, spec.sync) == (
         "adwin",
-        "static",
+        "gp",
         "sim",
         "bsp",
     )

@@ -164,6 +164,7 @@ def test_manual_retrain_publishes_a_version_that_serves(static_client: TestClien
     client.app.state.pipeline.retrainer.wait(timeout=60)
     job = client.get(f"/jobs/{job_id}").json()
     assert job["status"] == "succeeded", job
+    assert job["last_event_id"] == 150 and job["window_events"] == 150  # all it had
     assert (
         job["trigger"] == "manual"
         and job["epochs"]
