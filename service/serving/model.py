@@ -38,6 +38,7 @@ version it names, so it never sees a half-updated model.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -352,13 +353,30 @@ class ServingModel:
         raw = self.global_mean + np.einsum("nd,nd->n", features, vectors)
         return np.clip(raw, *self.rating_range)
 
-    def learn(self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray) -> None:
+    def learn(
+        self,
+        user_ids: Sequence[str],
+        item_ids: Sequence[str],
+        ratings: np.ndarray,
+        pause_s: float = 0.0,
+    ) -> None:
         """Fold labelled events (n,) into the user vectors and new-item biases.
 
         Long replays go through in chunks, so the per-event (k+1)x(k+1) work arrays
-        stay small.
+        stay small; with ``pause_s``, a sleep between chunks. A hot swap replays tens of
+        thousands of events beside the request loop, under the same interpreter lock:
+        taken at once it held the process for a few hundred milliseconds, paused it
+        leaves the loop room (the lock is free while this thread sleeps). The chunks,
+        and so the result, are the same either way.
         """
-        self.predict_then_learn(user_ids, item_ids, ratings)
+        ratings = np.asarray(ratings, dtype=np.float64)
+        for start in range(0, len(user_ids), self._chunk):
+            if start and pause_s:
+                time.sleep(pause_s)
+            stop = start + self._chunk
+            self._predict_then_learn_chunk(
+                user_ids[start:stop], item_ids[start:stop], ratings[start:stop]
+            )
 
     def predict_then_learn(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray

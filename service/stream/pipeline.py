@@ -73,6 +73,8 @@ log = logging.getLogger(__name__)
 #: ingest lock, until a round finds at most this many; only that tail runs under the lock.
 _SWAP_TAIL_EVENTS = 2_000
 _SWAP_CATCH_UP_ROUNDS = 5
+#: The catch-up rounds' pause between chunks of events (``ServingModel.learn``).
+_FOLD_IN_PAUSE_S = 0.005
 #: Triggers whose jobs start a new error regime: after a drift retrain, a first model or
 #: an operator's retrain or rollback, the drift monitor learns the new version's level
 #: afresh; after any other (scheduled) job it keeps its reference through the swap.
@@ -583,7 +585,7 @@ class Pipeline:
         serving = self._serving_for(loaded)
         caught_up_to = max(0, loaded.last_event_id - self.settings.fold_in_replay_events)
         for _round in range(_SWAP_CATCH_UP_ROUNDS):
-            caught_up_to, folded = self._fold_in_since(serving, caught_up_to)
+            caught_up_to, folded = self._fold_in_since(serving, caught_up_to, _FOLD_IN_PAUSE_S)
             if folded <= _SWAP_TAIL_EVENTS:
                 break
         self._index_items(serving)
@@ -683,14 +685,17 @@ class Pipeline:
                 index.build_seconds,
             )
 
-    def _fold_in_since(self, serving: ServingModel, after_id: int) -> tuple[int, int]:
-        """Fold the labelled events stored after ``after_id`` into ``serving``.
+    def _fold_in_since(
+        self, serving: ServingModel, after_id: int, pause_s: float = 0.0
+    ) -> tuple[int, int]:
+        """Fold the labelled events stored after ``after_id`` into ``serving``, pausing
+        ``pause_s`` between chunks (``ServingModel.learn``).
 
         Returns the id caught up to and how many events were folded in.
         """
         with self.db.connect() as conn:
             events = labelled_events(conn, after_id=after_id)
-        serving.learn(events.user_ids, events.item_ids, events.ratings)
+        serving.learn(events.user_ids, events.item_ids, events.ratings, pause_s)
         return (int(events.ids[-1]) if len(events) else after_id), len(events)
 
     def swap_to(self, version: str, trigger: str | None = None) -> bool:

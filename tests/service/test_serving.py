@@ -295,6 +295,22 @@ def test_new_users_vectors_match_a_direct_ridge_solve_across_chunks(model: Biase
         weight[item] = forgetting * weight.get(item, 0.0) + 1.0
 
 
+def test_a_paused_replay_learns_exactly_what_an_unpaused_one_does(
+    events: list[dict], model: BiasedMF, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A swap's fold-in sleeps between chunks to leave the request loop room; the
+    chunks, and so every user's vector and item's bias, are the same."""
+    replay = events * 2  # 10,000 events: five chunks
+    paused, straight = (ServingModel(model, "v", 10.0, 3.0) for _ in range(2))
+    sleeps: list[float] = []
+    monkeypatch.setattr("service.serving.model.time.sleep", sleeps.append)
+    paused.learn(*_columns(replay), pause_s=0.005)
+    straight.learn(*_columns(replay))
+    assert sleeps == [0.005] * 4  # between the five chunks, not after the last
+    users, items, _ = _columns(events[:500])
+    np.testing.assert_array_equal(paused.predict(users, items), straight.predict(users, items))
+
+
 # -- bounded online state ------------------------------------------------------------
 
 
