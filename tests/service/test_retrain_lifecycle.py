@@ -403,6 +403,22 @@ def test_a_restart_sweeps_objects_of_ended_jobs_but_not_of_jobs_still_running(
     assert sorted(_job_objects(restarted)) == sorted([foreign, running])
 
 
+def _preempt_after_epoch(pipeline: Pipeline, epoch: int) -> list[int | None]:
+    """Ask the retrainer to pre-empt its job once epoch ``epoch`` is recorded, as a drift
+    alert would; the list collects what each ask answered (the job pre-empted, or None)."""
+    recorder = pipeline.retrainer._recorder
+    record_epoch = recorder.epoch
+    asked: list[int | None] = []
+
+    def preempting(job_id: int, record: EpochRecord) -> None:
+        record_epoch(job_id, record)
+        if record.epoch == epoch:
+            asked.append(pipeline.retrainer.preempt("pre-empted by drift alert 7"))
+
+    recorder.epoch = preempting  # type: ignore[method-assign]
+    return asked
+
+
 def test_a_preempted_refresh_stops_after_its_epoch_publishes_nothing_and_leaves_no_objects(
     make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
@@ -413,16 +429,7 @@ def test_a_preempted_refresh_stops_after_its_epoch_publishes_nothing_and_leaves_
         max_epochs=30,
     )
     pipeline.ingest(events[:300])
-    recorder = pipeline.retrainer._recorder
-    record_epoch = recorder.epoch
-    asked: list[int | None] = []
-
-    def preempt_at_epoch_1(job_id: int, record: EpochRecord) -> None:
-        record_epoch(job_id, record)
-        if record.epoch == 1:  # an alert arrives while the refresh trains
-            asked.append(pipeline.retrainer.preempt("pre-empted by drift alert 7"))
-
-    recorder.epoch = preempt_at_epoch_1  # type: ignore[method-assign]
+    asked = _preempt_after_epoch(pipeline, 1)  # an alert arrives while the refresh trains
     job_id = pipeline.retrainer.request("refresh")
     pipeline.retrainer.wait(timeout=WAIT_S)
     job = _job(pipeline, job_id)
@@ -450,16 +457,7 @@ def test_bootstrap_drift_and_manual_jobs_are_not_preempted(
 ) -> None:
     pipeline = make_pipeline(bootstrap_events=10**6, retrain_configurator="static")
     pipeline.ingest(events[:300])
-    recorder = pipeline.retrainer._recorder
-    record_epoch = recorder.epoch
-    asked: list[int | None] = []
-
-    def preempt_at_epoch_0(job_id: int, record: EpochRecord) -> None:
-        record_epoch(job_id, record)
-        if record.epoch == 0:
-            asked.append(pipeline.retrainer.preempt("pre-empted by drift alert 7"))
-
-    recorder.epoch = preempt_at_epoch_0  # type: ignore[method-assign]
+    asked = _preempt_after_epoch(pipeline, 0)
     job_id = pipeline.retrainer.request(trigger)  # runs inline: background=False
     job = _job(pipeline, job_id)
     assert asked == [None]
