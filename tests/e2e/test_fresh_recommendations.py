@@ -32,6 +32,9 @@ ENV = {
     "DRIFTLINE_BOOTSTRAP_EVENTS": "500",
     "DRIFTLINE_REFRESH_EVENTS": "none",
     "DRIFTLINE_MAX_EPOCHS": "3",
+    # GP-OPT (the default) takes the cheapest config that meets the deadline, so a
+    # job stretches towards it: a short one keeps jobs within the waits here.
+    "DRIFTLINE_LATENCY_CAP_SECONDS": "20",
     "DRIFTLINE_REGISTRY_POLL_SECONDS": "1",
 }
 

@@ -29,6 +29,9 @@ SERVER_ENV = {
     "DRIFTLINE_REFRESH_EVENTS": "none",
     "DRIFTLINE_FACTORS": "8",
     "DRIFTLINE_MAX_EPOCHS": "15",
+    # GP-OPT (the default) takes the cheapest config that meets the deadline, so a
+    # job stretches towards it: a short one keeps jobs within the waits here.
+    "DRIFTLINE_LATENCY_CAP_SECONDS": "20",
 }
 
 

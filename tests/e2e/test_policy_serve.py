@@ -21,6 +21,9 @@ ENV = {
     "DRIFTLINE_HEARTBEAT_EVENTS": "25",
     "DRIFTLINE_FACTORS": "8",
     "DRIFTLINE_MAX_EPOCHS": "5",
+    # GP-OPT (the default) takes the cheapest config that meets the deadline, so a
+    # job stretches towards it: a short one keeps jobs within the waits here.
+    "DRIFTLINE_LATENCY_CAP_SECONDS": "20",
 }
 
 
