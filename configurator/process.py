@@ -41,6 +41,7 @@ from typing import Any
 
 from configurator.base import Configurator, Decision, JobContext, Observation
 from configurator.history import History, PastJob
+from configurator.registry import make_configurator
 from configurator.space import EpochConfig
 
 log = logging.getLogger(__name__)
@@ -107,8 +108,6 @@ class _Hosted:
 
 def _serve(connection: Connection) -> None:
     """The child's loop: one configurator per open job, answered in order."""
-    from configurator.registry import make_configurator
-
     hosted: dict[str, _Hosted] = {}
     while True:
         try:
@@ -118,7 +117,7 @@ def _serve(connection: Connection) -> None:
         if message is None:
             return
         try:
-            answer = _answer(message, hosted, make_configurator)
+            answer = _answer(message, hosted)
         except Exception as exc:
             log.exception("configurator process: %s failed", type(message).__name__)
             connection.send(("error", f"{type(exc).__name__}: {exc}"))
@@ -126,10 +125,10 @@ def _serve(connection: Connection) -> None:
             connection.send(("ok", answer))
 
 
-def _answer(message: Any, hosted: dict[str, _Hosted], make: Any) -> Any:
+def _answer(message: Any, hosted: dict[str, _Hosted]) -> Any:
     if isinstance(message, _Open):
         history = _KeptHistory(message.past)
-        configurator = make(message.name, message.default, message.context, history)
+        configurator = make_configurator(message.name, message.default, message.context, history)
         hosted[message.key] = _Hosted(configurator, history, [])
         return None
     if isinstance(message, _Propose):
@@ -264,17 +263,16 @@ class HostedConfigurator(Configurator):
         self.last_decision: Decision | None = None
         self._key = uuid.uuid4().hex
         self._sent = 0
-        self._open = self._call(
-            _Open(self._key, name, default, context, history.load() if history else [])
-        )
+        past = history.load() if history else []
+        self._open, _ = self._call(_Open(self._key, name, default, context, past))
 
-    def _call(self, message: Any) -> bool:
+    def _call(self, message: Any) -> tuple[bool, Any]:
+        """Whether the child answered ``message``, and its answer."""
         try:
-            self._answer = self.host.call(message)
+            return True, self.host.call(message)
         except (HostUnavailable, HostedError) as exc:
             log.error("configurator %s: %s; going on with the default config", self.name, exc)
-            return False
-        return True
+            return False, None
 
     def _unsent(self, history: Sequence[Observation]) -> list[Observation]:
         new = list(history[self._sent :])
@@ -283,20 +281,20 @@ class HostedConfigurator(Configurator):
 
     def propose(self, epoch: int, history: Sequence[Observation]) -> EpochConfig:
         self.last_decision = None
-        if not self._open or not self._call(_Propose(self._key, epoch, self._unsent(history))):
-            self._open = False
+        if self._open:
+            self._open, answer = self._call(_Propose(self._key, epoch, self._unsent(history)))
+        if not self._open:
             return self.default
-        config, self.last_decision = self._answer
+        config, self.last_decision = answer
         return config
 
     def close(self, history: Sequence[Observation] = ()) -> None:
         if not self._open:
             return
         self._open = False
-        if self._call(_Close(self._key, self._unsent(history))):
-            kept: PastJob | None = self._answer
-            if kept is not None and self.history is not None:
-                self.history.save(kept)
+        answered, kept = self._call(_Close(self._key, self._unsent(history)))
+        if answered and kept is not None and self.history is not None:
+            self.history.save(kept)
 
 
 def main(descriptor: int) -> None:

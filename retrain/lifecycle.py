@@ -34,7 +34,6 @@ from typing import Any, Protocol
 
 from configurator import Configurator, History, JobContext, make_configurator
 from configurator.process import ConfiguratorHost
-from configurator.registry import ISOLATED
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectStore
@@ -220,12 +219,9 @@ class Retrainer:
         self.training_seconds = 0.0
         #: Set whenever a job has published a version; serving follows the registry.
         self.published = threading.Event()
-        #: Where numeric configurators decide (None: in this process); started now when
-        #: jobs will use it, so the first job does not wait for its imports. Not ours to
+        #: Where numeric configurators decide (None: in this process). Not ours to
         #: close: one host serves every retrainer of the process.
         self._configurator_host = configurator_host
-        if configurator_host is not None and spec().configurator in ISOLATED:
-            configurator_host.start()
 
     @property
     def active_job_id(self) -> int | None:

@@ -14,6 +14,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from configurator.process import ConfiguratorHost
+from configurator.registry import ISOLATED
 from retrain import EpochRecord, RatingsWindow
 from retrain.convergence import StopReason
 from retrain.lifecycle import Retrainer
@@ -286,7 +287,16 @@ def build_retrainer(
         settings.resolved_object_store_url,
         background=background,
         lambda_function=settings.lambda_function,
-        configurator_host=(
-            ConfiguratorHost.shared() if settings.retrain_configurator_process else None
-        ),
+        configurator_host=_configurator_host(settings),
     )
+
+
+def _configurator_host(settings: Settings) -> ConfiguratorHost | None:
+    """The process's configurator host where the settings want one; started now when
+    this service's jobs will use it, so the first job does not wait for its imports."""
+    if not settings.retrain_configurator_process:
+        return None
+    host = ConfiguratorHost.shared()
+    if settings.retrain_enabled and settings.retrain_configurator in ISOLATED:
+        host.start()
+    return host

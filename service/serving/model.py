@@ -370,13 +370,10 @@ class ServingModel:
         and so the result, are the same either way.
         """
         ratings = np.asarray(ratings, dtype=np.float64)
-        for start in range(0, len(user_ids), self._chunk):
-            if start and pause_s:
+        for chunk in self._chunks(len(user_ids)):
+            if chunk.start and pause_s:
                 time.sleep(pause_s)
-            stop = start + self._chunk
-            self._predict_then_learn_chunk(
-                user_ids[start:stop], item_ids[start:stop], ratings[start:stop]
-            )
+            self._predict_then_learn_chunk(user_ids[chunk], item_ids[chunk], ratings[chunk])
 
     def predict_then_learn(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
@@ -405,12 +402,8 @@ class ServingModel:
         """
         ratings = np.asarray(ratings, dtype=np.float64)
         parts = [
-            self._predict_then_learn_chunk(
-                user_ids[start : start + self._chunk],
-                item_ids[start : start + self._chunk],
-                ratings[start : start + self._chunk],
-            )
-            for start in range(0, len(user_ids), self._chunk)
+            self._predict_then_learn_chunk(user_ids[chunk], item_ids[chunk], ratings[chunk])
+            for chunk in self._chunks(len(user_ids))
         ]
         if not parts:
             return np.empty(0), np.empty((0, self._dim))
@@ -418,6 +411,10 @@ class ServingModel:
             np.concatenate([part[0] for part in parts]),
             np.concatenate([part[1] for part in parts]),
         )
+
+    def _chunks(self, n: int) -> list[slice]:
+        """The slices of ``n`` events that one fold-in call groups."""
+        return [slice(start, start + self._chunk) for start in range(0, n, self._chunk)]
 
     def _predict_then_learn_chunk(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
