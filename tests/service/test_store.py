@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import create_engine, func, select, text
 from sqlalchemy.exc import IntegrityError
 
 from service.store import Database
@@ -614,7 +614,12 @@ def test_an_unknown_version_is_none(db: Database) -> None:
 @pytest.mark.parametrize("rows", [0, 1, 3, 7])
 def test_columns_built_a_chunk_of_rows_at_a_time_equal_those_built_at_once(rows: int) -> None:
     result = [(i, f"u{i % 2}", f"i{i}", 0.5 + i) for i in range(rows)]
-    chunked = LabelledEvents.from_result(iter(result), chunk=3)
+    with create_engine("sqlite://").connect() as conn:
+        conn.exec_driver_sql("CREATE TABLE r (id INTEGER, user_id TEXT, item_id TEXT, rating REAL)")
+        for row in result:
+            conn.exec_driver_sql("INSERT INTO r VALUES (?, ?, ?, ?)", row)
+        query = conn.exec_driver_sql("SELECT id, user_id, item_id, rating FROM r ORDER BY id")
+        chunked = LabelledEvents.from_result(query, chunk=3)
     whole = LabelledEvents.from_rows(result)
     assert chunked.user_ids == whole.user_ids and chunked.item_ids == whole.item_ids
     np.testing.assert_array_equal(chunked.ids, whole.ids)
