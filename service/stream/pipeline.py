@@ -526,13 +526,22 @@ class Pipeline:
         if self.retrainer.active_job_id is None:
             since = None if self.current is None else self.labelled_seen - self._seen_at_swap
             trigger = self.policy.on_progress(self.labelled_seen, since)
-            if trigger is not None and not self._first_version_on_its_way():
+            if trigger is not None and not self._version_on_its_way():
                 self.retrainer.request(trigger, base=self.current)
 
-    def _first_version_on_its_way(self) -> bool:
-        """Whether a version is published but not yet swapped in while nothing serves: a
-        bootstrap job that just finished. Its swap follows; a second bootstrap would
-        train the same window again."""
+    def _version_on_its_way(self) -> bool:
+        """Whether a version is published but not serving yet: a job of this process
+        published it and its swap is pending or running, or nothing serves and one
+        exists (a bootstrap job just finished).
+
+        A scheduled job started meanwhile would build on the version being replaced and
+        count its window from it, and a second bootstrap would train the same window
+        again. The policy asks again after the next batch, counting from the new
+        version. It also keeps a job's window build off the swap's catch-up, the two
+        heaviest pieces of retraining work beside ``/recommend`` (bench serve).
+        """
+        if self.retrainer.published.is_set() or self._registry_lock.locked():
+            return True
         if self.current is not None:
             return False
         try:

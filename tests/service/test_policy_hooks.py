@@ -84,3 +84,29 @@ def test_no_second_bootstrap_while_the_first_version_waits_for_its_swap(
     pipeline.ingest(events[:250])
     with pipeline.db.connect() as conn:
         assert list_jobs(conn) == []
+
+
+def test_a_scheduled_job_waits_until_the_published_version_serves(
+    small_pipelines: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    """A job has published a version that is not serving yet: a periodic job that falls
+    due meanwhile is not started on the version being replaced, and the count of events
+    starts again from the new version once it serves."""
+    pipeline = small_pipelines(retrain_policy="periodic", periodic_events=60)
+    pipeline.ingest(events[:200])  # the bootstrap job, swapped in
+    assert pipeline.current is not None
+    replaced = pipeline.current.version
+    pipeline.registry.publish(pipeline.current.model, last_event_id=200, job_id=None, rmse=0.9)
+    pipeline.retrainer.published.set()  # as a finishing job announces its version
+
+    def triggers() -> list[str]:
+        with pipeline.db.connect() as conn:
+            return sorted(job["trigger"] for job in list_jobs(conn))
+
+    pipeline.ingest(events[200:320])  # 120 events: due, but a version is on its way
+    assert triggers() == ["bootstrap"]
+    assert pipeline.current.version != replaced  # the batch's end swapped it in
+    pipeline.ingest(events[320:350])  # 30 since the swap
+    assert triggers() == ["bootstrap"]
+    pipeline.ingest(events[350:390])  # 70 since the swap
+    assert triggers() == ["bootstrap", "periodic"]
