@@ -104,6 +104,11 @@ class ServingView:
     answers: dict[tuple[str, int], tuple[Collection[str], tuple[tuple[str, float], ...]]] = field(
         default_factory=dict, compare=False, repr=False
     )
+    #: Whether risen (True) or fallen → how far each of those rows' bias moved since
+    #: indexing; computed by the first request that needs it, fresh in every view.
+    moved_by: dict[bool, np.ndarray] = field(
+        default_factory=dict, init=False, compare=False, repr=False
+    )
 
     def user_vector(self, user_id: str) -> np.ndarray | None:
         """[p_u; b_u; s_u] (k+2,) of a folded-in user or a user of the version, else None."""
@@ -140,7 +145,8 @@ class ServingView:
         return answer
 
     def _excluded_rows(self, user_id: str, items: Collection[str]) -> np.ndarray:
-        """The version's rows of ``items``, encoded once per user and history snapshot.
+        """The version's rows of ``items``, ascending, encoded once per user and history
+        snapshot.
 
         A user's rated items come as a frozenset that ingestion replaces, never changes,
         so the rows encoded for it hold until the user's next event; encoding ~150 ids
@@ -153,7 +159,7 @@ class ServingView:
             return cached[1]
         assert self.model is not None
         rows = self.model.encode_items(list(items))
-        rows = rows[rows >= 0]
+        rows = np.sort(rows[rows >= 0])  # ascending, as ``_without`` reads them
         if isinstance(items, frozenset):
             if len(self.encoded) >= _ENCODED_USERS:
                 self.encoded.clear()
@@ -174,14 +180,10 @@ class ServingView:
         """
         assert self.index is not None and self.model is not None
         wanted = 2 * k + len(excluded)
-        pool = np.sort(self.index.candidates(vector, wanted))
-        if len(excluded):
-            pool = pool[~np.isin(pool, excluded)]
+        pool = _without(np.sort(self.index.candidates(vector, wanted)), excluded)
         item_factors, item_bias = self.model.item_factors, self.item_bias
         scores = item_scores(item_factors[pool], item_bias[pool], self.global_mean, vector)
-        extra = np.setdiff1d(self._contenders(vector, pool, scores, k), pool)
-        if len(excluded) and len(extra):
-            extra = extra[~np.isin(extra, excluded)]
+        extra = _without(_without(self._contenders(vector, pool, scores, k), pool), excluded)
         if len(extra):
             extra_scores = item_scores(
                 item_factors[extra], item_bias[extra], self.global_mean, vector
@@ -210,10 +212,21 @@ class ServingView:
         if len(gained) == 0 or len(scores) < k:
             return gained
         indexed_bias = self.index.indexed_bias
-        lift = scale * (self.item_bias[gained] - indexed_bias[gained])
+        lift = scale * self._moved_by(scale >= 0, gained)
         kth = np.partition(scores, len(scores) - k)[len(scores) - k]
         floor = float(np.min(scores - scale * (self.item_bias[pool] - indexed_bias[pool])))
         return gained[lift >= kth - floor]
+
+    def _moved_by(self, up: bool, gained: np.ndarray) -> np.ndarray:
+        """b_now − b_indexed of ``gained`` (``risen`` if ``up``, else ``fallen``), once
+        per view rather than per request (3,355 moved items on the million-item benchmark:
+        about 20 µs of a 0.45 ms request). Two requests racing both store the same array."""
+        moved = self.moved_by.get(up)
+        if moved is None:
+            assert self.index is not None
+            moved = self.item_bias[gained] - self.index.indexed_bias[gained]
+            self.moved_by[up] = moved
+        return moved
 
 
 class ServingModel:
@@ -557,6 +570,20 @@ class ServingModel:
         features[:, BIAS] = 1.0
         features[:, SCALE] = item_bias
         return features
+
+
+def _without(rows: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:
+    """``rows`` less those in ``sorted_rows`` (ascending), in their order: one binary
+    search per row. ``np.isin`` and ``np.setdiff1d`` sort both arrays again on every
+    call: about 90 µs of a 0.52 ms request on the million-item benchmark, 10 µs this way.
+
+    >>> _without(np.array([7, 1, 4, 9]), np.array([1, 4, 8])).tolist()
+    [7, 9]
+    """
+    if not len(sorted_rows) or not len(rows):
+        return rows
+    at = np.minimum(np.searchsorted(sorted_rows, rows), len(sorted_rows) - 1)
+    return rows[sorted_rows[at] != rows]
 
 
 def _moved(

@@ -108,6 +108,7 @@ def test_with_thousands_of_moved_items_only_those_that_could_win_are_scored() ->
     index = serving.view.index
     assert vector is not None and index is not None
     pushed = [model.item_ids[j] for j in index.candidates(vector, 30)[20:]]
+    assert serving.recommend("u0", 10)  # this view's moves are gathered; the next view's not
     raters = [f"new{i % 200}" for i in range(10_000)]  # u0's own vector stays put
     serving.learn(raters, pushed * 1000, np.full(10_000, 5.0))
     view = serving.view
