@@ -237,7 +237,7 @@ def _driver_rows(conn: Connection, sql: str, params: tuple) -> list[tuple]:
 
     For the reads that return many rows on a serving process's threads: SQLAlchemy's
     ``Row`` cost about 1.6 µs a row here, five times SQLite's own fetch (a retraining
-    window of 80,000 events took 380 ms to read through ``Row`` objects, 90 ms without).
+    window of 80,000 events took 380 ms to read through ``Row`` objects, 100 ms without).
     Callers page with ``LIMIT`` or bounded ``IN`` lists, so each result is small on
     every driver (psycopg's cursor holds the whole result client-side).
     """
