@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -165,11 +165,9 @@ def labelled_events(
         f"AND id <= {marker} AND rating IS NOT NULL ORDER BY id LIMIT {_PAGE_ROWS}"
     )
     bound = _NO_BOUND if up_to_id is None else up_to_id
-    parts = []
-    while rows := _driver_rows(conn, sql, (after_id, bound)):
-        parts.append(LabelledEvents.from_rows(rows))
-        after_id = rows[-1][0]
-    return LabelledEvents.concat_all(parts)
+    return LabelledEvents.concat_all(
+        [LabelledEvents.from_rows(rows) for rows in _pages(conn, sql, after_id, bound)]
+    )
 
 
 def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvents:
@@ -215,13 +213,11 @@ def uniform_labelled(conn: Connection, up_to_id: int, size: int, seed: int) -> L
         f"AND rating IS NOT NULL ORDER BY id LIMIT {_SAMPLE_READ_IDS}"
     )
     kept = np.empty(0, dtype=np.int64)
-    after = 0
-    while part := _driver_rows(conn, ids_sql, (after, up_to_id)):
-        read = np.fromiter((row[0] for row in part), np.int64, len(part))
-        ids = np.concatenate([kept, read])
+    for part in _pages(conn, ids_sql, 0, up_to_id):
+        ids = np.concatenate([kept, np.fromiter((row[0] for row in part), np.int64, len(part))])
         if ids.size > size:
             ids = ids[np.argpartition(_splitmix64(ids, seed), size - 1)[:size]]
-        kept, after = ids, int(read[-1])
+        kept = ids
     chosen = np.sort(kept).tolist()
     parts = []
     for start in range(0, len(chosen), _SAMPLE_FETCH_IDS):
@@ -230,6 +226,14 @@ def uniform_labelled(conn: Connection, up_to_id: int, size: int, seed: int) -> L
         sql = f"SELECT id, user_id, item_id, rating FROM events WHERE id IN ({listed}) ORDER BY id"
         parts.append(LabelledEvents.from_rows(_driver_rows(conn, sql, tuple(some))))
     return LabelledEvents.concat_all(parts)
+
+
+def _pages(conn: Connection, sql: str, after_id: int, up_to_id: int) -> Iterator[list[tuple]]:
+    """The pages of a keyset-paginated ``sql`` (its parameters: the id to read after and
+    the highest id; its first column the id, ordered and limited), until one is empty."""
+    while rows := _driver_rows(conn, sql, (after_id, up_to_id)):
+        yield rows
+        after_id = rows[-1][0]
 
 
 def _driver_rows(conn: Connection, sql: str, params: tuple) -> list[tuple]:
