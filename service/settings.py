@@ -405,6 +405,14 @@ class Settings(BaseSettings):
             "1: search every dimension."
         ),
     )
+    serving_ann_codes: Literal["pq4", "flat"] = Field(
+        "pq4",
+        description=(
+            "What the ANN index's lists hold of each item: 'pq4' (4 bits a searched "
+            "dimension, scanned 2.3x faster, the best 300 rescored exactly) or 'flat' "
+            "(floats). Catalogues under 4,096 items are always flat."
+        ),
+    )
     serving_cached_answers: int = Field(
         100_000,
         ge=0,

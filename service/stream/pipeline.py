@@ -129,6 +129,7 @@ class Pipeline:
             settings.serving_ann_probes,
             settings.serving_ann_kept_variance,
             seed=settings.seed or 0,
+            codes=settings.serving_ann_codes,
         )
         self.aggregator = HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds)
         #: Recent events and their errors, to say where an alert's rise comes from.

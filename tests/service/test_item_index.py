@@ -13,7 +13,14 @@ import numpy as np
 import pytest
 
 from benchmarks.bench.catalogue import synthetic_version
-from service.serving.index import IndexOptions, ItemIndex, IvfIndex, build_index
+from service.serving.index import (
+    QUANTIZED_MIN_ITEMS,
+    RERANKED_QUANTIZED,
+    IndexOptions,
+    ItemIndex,
+    IvfIndex,
+    build_index,
+)
 from service.serving.model import ServingModel
 from service.serving.vector import BIAS, SCALE, item_scores
 
@@ -38,17 +45,36 @@ def _serving(items: int = 3000, users: int = 200, factors: int = 8) -> ServingMo
     return ServingModel(model, "v1")
 
 
-def test_the_ivf_index_finds_the_exact_top_10_on_a_clustered_catalogue() -> None:
+@pytest.mark.parametrize("codes", ["flat", "pq4"])
+def test_the_ivf_index_finds_the_exact_top_10_on_a_clustered_catalogue(codes: str) -> None:
+    """Its candidates, scored exactly as the serving view scores them, hold the exact
+    top-10; 4-bit codes return more candidates for that than floats need."""
     model = synthetic_version(20_000, 300, 16, seed=1)
     bias = np.random.default_rng(0).normal(0.0, 0.3, model.n_items)
-    index = IvfIndex(model.item_factors, bias, IndexOptions("ann", probes=32))
+    index = IvfIndex(model.item_factors, bias, IndexOptions("ann", probes=32, codes=codes))
     recalls = []
     for user in range(300):
         vector = np.append(model.user_factors[user], [0.0, 1.0])  # [p_u; b_u; s_u]
-        exact = np.argsort(-(model.item_factors @ vector[:BIAS] + bias))[:10]
-        recalls.append(len(set(index.candidates(vector, 10)) & set(exact)) / 10)
+        scores = model.item_factors @ vector[:BIAS] + bias
+        exact = np.argsort(-scores)[:10]
+        found = index.candidates(vector, 10)
+        best = found[np.argsort(-scores[found], kind="stable")[:10]]
+        recalls.append(len(set(best) & set(exact)) / 10)
     assert np.mean(recalls) >= 0.95
     assert index.lists == round(np.sqrt(model.n_items))
+    assert index.codes == codes
+    assert len(found) == (10 if codes == "flat" else RERANKED_QUANTIZED)
+
+
+def test_a_small_catalogue_keeps_flat_lists_whatever_the_codes_asked() -> None:
+    model = synthetic_version(QUANTIZED_MIN_ITEMS - 1, 50, 8, seed=2)
+    index = IvfIndex(model.item_factors, model.item_bias, IndexOptions("ann", codes="pq4"))
+    assert index.codes == "flat" and index.reranked == 0
+
+
+def test_unknown_codes_are_refused() -> None:
+    with pytest.raises(ValueError, match="unknown codes"):
+        IndexOptions("ann", codes="pq9")
 
 
 def test_an_exhaustive_index_answers_exactly_what_scoring_every_item_does() -> None:
