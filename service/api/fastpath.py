@@ -13,11 +13,12 @@ route would accept, the overwhelming majority, directly from the ASGI scope:
 * the recommendation is quick to compute (``Pipeline.recommend_is_quick``).
 
 When an item index serves the version (``SERVING_INDEX``), the recommendation itself is
-computed on a thread of its own: faiss releases the interpreter while it searches, so
-the event loop parses and answers other requests on the second core meanwhile. On the
-benchmark's million-item catalogue that served 2,340 requests/s before and 2,790-2,880
-after at 32 connections (BENCHMARKS.md "serve"). Scoring MovieLens' whole catalogue
-takes about 50 µs, less than the hand-over would, so it stays on the loop.
+computed on a thread of its own, many requests at a time (``service.api.batching``):
+faiss releases the interpreter while it searches, so the event loop parses and answers
+other requests on the second core meanwhile. On the benchmark's million-item catalogue
+that served 2,340 requests/s before and 2,790-2,880 after at 32 connections
+(BENCHMARKS.md "serve"). Scoring MovieLens' whole catalogue takes about 50 µs, less
+than the hand-over would, so it stays on the loop.
 
 Anything else, a missing or wrong key, a dashboard session cookie, a malformed
 parameter, a large catalogue scored exactly, goes on to the FastAPI route unchanged,
@@ -29,9 +30,7 @@ in the request metrics, since it sits inside ``RequestTimer`` and ``Hardening``.
 
 from __future__ import annotations
 
-import asyncio
 import re
-from concurrent.futures import ThreadPoolExecutor
 
 import orjson
 from fastapi.routing import APIRoute
@@ -39,6 +38,7 @@ from starlette.datastructures import QueryParams
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from service.api.access import Access
+from service.api.batching import RecommendBatcher
 from service.api.limits import Limited
 from service.api.routes import recommend
 from service.ingest.validation import IDENTIFIER_PATTERN
@@ -60,7 +60,7 @@ class RecommendFastPath:
             for route in recommend.router.routes
             if isinstance(route, APIRoute) and route.path == PATH
         )
-        self._searcher = ThreadPoolExecutor(1, thread_name_prefix="recommend-search")
+        self._searcher = RecommendBatcher()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["method"] == "GET" and scope["path"] == PATH:
@@ -117,8 +117,7 @@ class RecommendFastPath:
         """
         if not pipeline.recommend_searches_index:
             return pipeline.recommend(user_id, k)
-        loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._searcher, pipeline.recommend, user_id, k)
+        return await self._searcher.recommend(pipeline, user_id, k)
 
 
 def _query(scope: Scope) -> tuple[str, int] | None:

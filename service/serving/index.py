@@ -70,7 +70,7 @@ import math
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,6 +95,7 @@ QUANTIZED_MIN_ITEMS = 4096
 _CODE_BITS = 4
 #: Reduced dimensions come in multiples of this (faiss's SIMD scans read 8 floats).
 _DIMENSION_STEP = 8
+_NO_ROWS = np.empty(0, dtype=np.int64)
 #: Fewest dimensions a reduced index searches (see the module).
 MIN_SEARCHED_DIMENSIONS = 32
 
@@ -177,6 +178,11 @@ class ItemIndex(ABC):
         the index's reckoning; an index whose order is rough returns more, for the view
         scores every candidate exactly."""
 
+    def candidates_many(self, vectors: np.ndarray, counts: Sequence[int]) -> list[np.ndarray]:
+        """``candidates`` of each row of ``vectors`` and its count, exactly as asked one by
+        one; an index that searches many queries at once for less overrides it."""
+        return [self.candidates(vector, n) for vector, n in zip(vectors, counts, strict=True)]
+
 
 class IvfIndex(ItemIndex):
     """faiss ``IndexIVFFlat`` over the items lifted onto a sphere (see the module).
@@ -232,14 +238,26 @@ class IvfIndex(ItemIndex):
         self.build_seconds = time.perf_counter() - began
 
     def candidates(self, vector: np.ndarray, n: int) -> np.ndarray:
+        return self.candidates_many(vector[np.newaxis], [n])[0]
+
+    def candidates_many(self, vectors: np.ndarray, counts: Sequence[int]) -> list[np.ndarray]:
+        """One search for the queries that want as many candidates (all of them, unless
+        someone rated hundreds of items). Not one search of the largest count for all:
+        the fast scan's order among the best depends on how many it keeps. A query's
+        candidates are those it gets alone, up to rounding where the coarse assignment of
+        20 queries or more takes faiss's matrix-product path."""
         _single_threaded_search()
-        query = np.zeros((1, self.factors + 2), dtype=np.float32)
-        query[0, : self.factors] = vector[: self.factors]
-        query[0, self.factors] = vector[SCALE]
-        n = max(n, self.reranked)
-        _, rows = self._index.search(query, min(n, self.n_items))
-        found = rows[0]
-        return found[found >= 0]
+        queries = np.zeros((len(vectors), self.factors + 2), dtype=np.float32)
+        queries[:, : self.factors] = vectors[:, : self.factors]
+        queries[:, self.factors] = vectors[:, SCALE]
+        kept = np.minimum(np.maximum(np.asarray(counts), self.reranked), self.n_items)
+        found: list[np.ndarray] = [_NO_ROWS] * len(vectors)
+        for n in np.unique(kept).tolist():
+            (asking,) = np.nonzero(kept == n)
+            _, rows = self._index.search(queries[asking], n)
+            for at, row in zip(asking.tolist(), rows, strict=True):
+                found[at] = row[row >= 0]
+        return found
 
 
 def searched_dimensions(points: np.ndarray, kept_variance: float) -> int:

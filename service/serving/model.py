@@ -60,6 +60,8 @@ from service.serving.vector import (
 )
 
 _NO_ROWS = np.empty(0, dtype=np.int64)
+#: One request of ``ServingView.recommend_many``: the user, k and their rated items.
+Asked = tuple[str, int, Collection[str]]
 #: Users whose encoded rated items a version keeps (cleared whole when full).
 _ENCODED_USERS = 100_000
 
@@ -124,19 +126,48 @@ class ServingView:
         self, user_id: str, k: int, exclude_items: Collection[str] = ()
     ) -> list[tuple[str, float]] | None:
         """Top-``k`` (item, score) of this version for a user it can place, else None."""
-        cached = self.answers.get((user_id, k))
-        if cached is not None and cached[0] is exclude_items:
-            return list(cached[1])
-        model, vector = self.model, self.user_vector(user_id)
-        if model is None or vector is None:
-            return None
-        excluded = self._excluded_rows(user_id, exclude_items)
-        if self.index is None:
-            scores = item_scores(model.item_factors, self.item_bias, self.global_mean, vector)
-            rows, top = best_rows(scores, k, excluded)
-        else:
-            rows, top = self._indexed_top(vector, k, excluded)
-        names = model.item_ids
+        return self.recommend_many([(user_id, k, exclude_items)])[0]
+
+    def recommend_many(self, asked: Sequence[Asked]) -> list[list[tuple[str, float]] | None]:
+        """``recommend`` of each (user, k, rated items), with one index search for all.
+
+        A search of many queries costs about half as much per query as one search each
+        (faiss's fast scan reads the lists' codes for several queries at a time), and
+        each answer is what ``recommend`` alone gives: every query gets the candidates
+        it would alone (``ItemIndex.candidates_many``).
+        """
+        answers: list[list[tuple[str, float]] | None] = [None] * len(asked)
+        searched: list[tuple[int, np.ndarray, np.ndarray]] = []
+        model = self.model
+        for at, (user_id, k, exclude_items) in enumerate(asked):
+            cached = self.answers.get((user_id, k))
+            if cached is not None and cached[0] is exclude_items:
+                answers[at] = list(cached[1])
+                continue
+            vector = self.user_vector(user_id)
+            if model is None or vector is None:
+                continue
+            excluded = self._excluded_rows(user_id, exclude_items)
+            if self.index is None:
+                scores = item_scores(model.item_factors, self.item_bias, self.global_mean, vector)
+                answers[at] = self._answer(asked[at], *best_rows(scores, k, excluded))
+            else:
+                searched.append((at, vector, excluded))
+        if searched:
+            assert self.index is not None
+            vectors = np.stack([vector for _, vector, _ in searched])
+            wanted = [2 * asked[at][1] + len(excluded) for at, _, excluded in searched]
+            found = self.index.candidates_many(vectors, wanted)
+            for (at, vector, excluded), candidates in zip(searched, found, strict=True):
+                rows, top = self._indexed_top(vector, asked[at][1], excluded, candidates)
+                answers[at] = self._answer(asked[at], rows, top)
+        return answers
+
+    def _answer(self, asked: Asked, rows: np.ndarray, top: np.ndarray) -> list[tuple[str, float]]:
+        """The (item, score) pairs of ``rows``, kept for the user's next request."""
+        assert self.model is not None
+        user_id, k, exclude_items = asked
+        names = self.model.item_ids
         answer = [(names[r], s) for r, s in zip(rows.tolist(), top.tolist(), strict=True)]
         if self.answer_limit and isinstance(exclude_items, frozenset):
             if len(self.answers) >= self.answer_limit:
@@ -167,26 +198,29 @@ class ServingView:
         return rows
 
     def _indexed_top(
-        self, vector: np.ndarray, k: int, excluded: np.ndarray
+        self, vector: np.ndarray, k: int, excluded: np.ndarray, candidates: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """Top-``k`` rows and scores among the index's candidates and the items whose
         bias moved in the user's favour since indexing far enough to matter.
 
-        The index is asked for twice the candidates that fill ``k`` after the excluded
+        The index was asked for twice the candidates that fill ``k`` after the excluded
         ones are dropped: the margin between the k-th and the last of them is what
         keeps most moved items from needing a score (``_contenders``). Each candidate
         is scored exactly, with the current biases, and ties go to the lower row, as
         in exact scoring.
         """
         assert self.index is not None and self.model is not None
-        wanted = 2 * k + len(excluded)
-        pool = _without(np.sort(self.index.candidates(vector, wanted)), excluded)
+        pool = _without(np.sort(candidates), excluded)
         item_factors, item_bias = self.model.item_factors, self.item_bias
-        scores = item_scores(item_factors[pool], item_bias[pool], self.global_mean, vector)
+        # ``np.take`` gathers rows faster than fancy indexing: 300 rows of a million,
+        # 33 against 55 µs, a quarter of the search thread's time on the benchmark.
+        scores = item_scores(
+            np.take(item_factors, pool, axis=0), item_bias[pool], self.global_mean, vector
+        )
         extra = _without(_without(self._contenders(vector, pool, scores, k), pool), excluded)
         if len(extra):
             extra_scores = item_scores(
-                item_factors[extra], item_bias[extra], self.global_mean, vector
+                np.take(item_factors, extra, axis=0), item_bias[extra], self.global_mean, vector
             )
             pool, scores = np.concatenate([pool, extra]), np.concatenate([scores, extra_scores])
             order = np.argsort(pool, kind="stable")

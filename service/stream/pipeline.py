@@ -869,13 +869,22 @@ class Pipeline:
         returns, so the user's next request reflects it. The items and the version named
         in the answer always belong together, whatever swap or batch happens meanwhile.
         """
+        return self.recommend_many([(user_id, k)])[0]
+
+    def recommend_many(self, asked: Sequence[tuple[str, int]]) -> list[Recommendation]:
+        """``recommend`` of each (user, k), from one view: one index search for all."""
         view = self.serving.view
         version = view.version or "none"
-        seen = self.history.items(user_id)
-        personal = view.recommend(user_id, k, seen)
-        if personal is not None:
-            return Recommendation(user_id, personal, version, "model")
-        return Recommendation(user_id, self.popular.top(k, seen), version, "popular")
+        seen = [self.history.items(user_id) for user_id, _ in asked]
+        personal = view.recommend_many(
+            [(user_id, k, items) for (user_id, k), items in zip(asked, seen, strict=True)]
+        )
+        return [
+            Recommendation(user_id, answer, version, "model")
+            if answer is not None
+            else Recommendation(user_id, self.popular.top(k, items), version, "popular")
+            for (user_id, k), items, answer in zip(asked, seen, personal, strict=True)
+        ]
 
     def heartbeats(self, since_events: int = 0) -> list[dict]:
         """Stored heartbeats and those waiting for the next write, oldest first."""

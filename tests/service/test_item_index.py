@@ -260,3 +260,25 @@ def test_a_tiny_wide_catalogue_is_searched_whole(items: int) -> None:
     exact = np.argsort(-(factors @ user[:BIAS] + bias), kind="stable")[: min(10, items)]
     assert index.dimensions == 66
     assert set(index.candidates(user, 10)) == set(exact)
+
+
+def test_many_requests_answered_together_get_what_each_gets_alone() -> None:
+    """One search for a batch of users (``recommend_many``): cached answers, users the
+    version cannot place, a user whose rated items want more candidates than the
+    others, and items risen since indexing all come out as ``recommend`` alone gives."""
+    serving = ServingModel(synthetic_version(20_000, 300, 16, seed=5), "v1", cached_answers=100)
+    model = serving.model
+    assert model is not None
+    serving.attach_index(IvfIndex(model.item_factors, serving.view.item_bias, IndexOptions("ann")))
+    assert serving.view.index is not None and serving.view.index.codes == "pq4"
+    serving.learn([f"u{i}" for i in range(40)], list(model.item_ids[:40]), np.full(40, 5.0))
+    many_rated = frozenset(model.item_ids[100:500])
+    asked = [(f"u{i}", 10, frozenset(model.item_ids[i : i + 3])) for i in range(60)]
+    asked += [("stranger", 10, frozenset()), ("u7", 25, many_rated), ("u8", 5, frozenset())]
+    view = serving.view
+    alone = [view.recommend(user, k, rated) for user, k, rated in asked]
+    assert alone[60] is None and all(answer for answer in alone[:60])
+    fresh = replace(view, answers={})
+    assert fresh.recommend_many(asked) == alone
+    assert view.recommend_many(asked) == alone  # now from the kept answers
+    assert not {item for item, _ in alone[61] or []} & many_rated
