@@ -95,7 +95,6 @@ QUANTIZED_MIN_ITEMS = 4096
 _CODE_BITS = 4
 #: Reduced dimensions come in multiples of this (faiss's SIMD scans read 8 floats).
 _DIMENSION_STEP = 8
-_NO_ROWS = np.empty(0, dtype=np.int64)
 #: Fewest dimensions a reduced index searches (see the module).
 MIN_SEARCHED_DIMENSIONS = 32
 
@@ -251,13 +250,13 @@ class IvfIndex(ItemIndex):
         queries[:, : self.factors] = vectors[:, : self.factors]
         queries[:, self.factors] = vectors[:, SCALE]
         kept = np.minimum(np.maximum(np.asarray(counts), self.reranked), self.n_items)
-        found: list[np.ndarray] = [_NO_ROWS] * len(vectors)
+        found: dict[int, np.ndarray] = {}
         for n in np.unique(kept).tolist():
             (asking,) = np.nonzero(kept == n)
             _, rows = self._index.search(queries[asking], n)
             for at, row in zip(asking.tolist(), rows, strict=True):
                 found[at] = row[row >= 0]
-        return found
+        return [found[at] for at in range(len(vectors))]
 
 
 def searched_dimensions(points: np.ndarray, kept_variance: float) -> int:
