@@ -5,6 +5,9 @@ never adapts)."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -75,3 +78,23 @@ def test_decision_times_are_measured_next_to_the_naive_prediction() -> None:
     assert 0.0 < times["decision_ms_p50"] <= times["decision_ms_p99"]
     assert times["naive_decision_ms_p99"] > 0.0
     assert times["decision_observations"] == 20
+
+
+def test_an_epochs_noise_is_the_same_in_every_process() -> None:
+    """Methods, and runs, meet the same luck: the scenario's part of the noise seed does
+    not depend on the interpreter's string-hash salt."""
+    code = (
+        "from benchmarks.bench.configurator import noise_key, scenarios;"
+        "print([noise_key(s) for s in scenarios()])"
+    )
+    keys = {
+        subprocess.run(
+            [sys.executable, "-c", code],
+            env={**os.environ, "PYTHONHASHSEED": salt},
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+        for salt in ("1", "2")
+    }
+    assert len(keys) == 1
