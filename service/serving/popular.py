@@ -20,7 +20,7 @@ an immutable ranking (a tuple swapped whole); readers take it without a lock.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import Counter, deque
+from collections import deque
 from collections.abc import Container, Sequence
 from itertools import islice
 
@@ -58,8 +58,8 @@ class PopularItems:
         self.window = window
         self.ranked = ranked
         self._events: deque[tuple[str, str]] = deque()
-        self._pairs: Counter[tuple[str, str]] = Counter()
-        self._users: Counter[str] = Counter()
+        self._pairs: dict[tuple[str, str], int] = {}
+        self._users: dict[str, int] = {}
         #: (−distinct users, item) of every item in the window, sorted: best first.
         self._order: list[tuple[int, str]] = []
         #: The best ``ranked`` of ``_order`` and the window's distinct (user, item)
@@ -84,24 +84,38 @@ class PopularItems:
         return len(self._pairs)
 
     def add(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> None:
-        """Let events in (oldest first), push the oldest out of the window, re-rank."""
+        """Let events in (oldest first), push the oldest out of the window, re-rank.
+
+        Counts are read with ``dict.get``: a ``Counter``'s missing key goes through a
+        Python-level ``__missing__``, and most of a batch's pairs are new to the window.
+        On MovieLens, 500-event batches into a 10,000-event window: 2.9-4.1 ms a batch
+        against 6.7-6.9 ms with counters (BENCHMARKS.md "serve").
+        """
         if len(user_ids) != len(item_ids):
             raise ValueError(f"{len(user_ids)} users for {len(item_ids)} items")
         events, pairs, users = self._events, self._pairs, self._users
         before: dict[str, int] = {}  # each moved item's count before this batch
-        for pair in zip(user_ids, item_ids, strict=True):
-            events.append(pair)
-            pairs[pair] += 1
-            if pairs[pair] == 1:
-                before.setdefault(pair[1], users[pair[1]])
-                users[pair[1]] += 1
-        while len(events) > self.window:
+        arrived = list(zip(user_ids, item_ids, strict=True))
+        events.extend(arrived)
+        for pair in arrived:
+            count = pairs.get(pair, 0)
+            pairs[pair] = count + 1
+            if not count:
+                item = pair[1]
+                seen = users.get(item, 0)
+                before.setdefault(item, seen)
+                users[item] = seen + 1
+        for _ in range(len(events) - self.window):
             pair = events.popleft()
-            pairs[pair] -= 1
-            if pairs[pair] == 0:
-                del pairs[pair]
-                before.setdefault(pair[1], users[pair[1]])
-                users[pair[1]] -= 1
+            count = pairs[pair] - 1
+            if count:
+                pairs[pair] = count
+                continue
+            del pairs[pair]
+            item = pair[1]
+            seen = users[item]
+            before.setdefault(item, seen)
+            users[item] = seen - 1
         for item, old in before.items():
             self._move(item, old, users[item])
             if users[item] == 0:
