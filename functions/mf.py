@@ -84,9 +84,8 @@ class _Rows:
     def encode(self, ids: Sequence[str]) -> np.ndarray:
         """Row index of each id, -1 for ids not in the table; int64, shape (len(ids),).
 
-        ``map`` over ``dict.get`` rather than a generator: half the time for a
-        500-event batch's ids (36 against 75 µs), and ingestion encodes dozens of lists
-        a batch.
+        ``map`` over ``dict.get`` rather than a generator: 44 against 62 µs for 500
+        MovieLens ids, and ingestion encodes dozens of id lists a batch.
         """
         get = self.index.get
         return np.fromiter(map(get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
