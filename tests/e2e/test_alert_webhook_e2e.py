@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import httpx
@@ -35,7 +36,13 @@ def test_serve_posts_a_budget_notice_with_the_runbook_link(tmp_path: Path) -> No
             bodies = receiver.wait_for(1, timeout=90)
             assert bodies, "no notice within 90 s"
             jobs = client.get("/jobs").json()["jobs"]
+            # The receiver holds the body before the sender has counted the delivery.
+            sent = 'driftline_alert_webhook_sent_total{kind="budget"} 1.0'
+            deadline = time.monotonic() + 10
             metrics = client.get("/metrics").text
+            while sent not in metrics and time.monotonic() < deadline:
+                time.sleep(0.1)
+                metrics = client.get("/metrics").text
     finally:
         receiver.close()
     assert jobs[0]["stop_reason"] == "budget"
