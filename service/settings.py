@@ -417,8 +417,18 @@ class Settings(BaseSettings):
         100_000,
         ge=0,
         description=(
-            "Most top-K answers kept for repeated requests until the next ingested batch "
-            "or swap (each exact for as long as it is kept); 0: none."
+            "Most top-K answers kept for repeated requests; an event of the user or a "
+            "swap ends an answer at once (0: none)."
+        ),
+    )
+    serving_answer_max_age_s: float = Field(
+        1.0,
+        ge=0,
+        le=60,
+        description=(
+            "How long a kept answer may go on serving while other users' events move the "
+            "item biases it was ranked with (0: only until the next ingested batch, "
+            "which keeps every answer exact but few answers kept under ingestion)."
         ),
     )
     server_loop: Literal["auto", "asyncio", "uvloop"] = Field(

@@ -46,6 +46,7 @@ import numpy as np
 from immutables import Map
 
 from functions.mf import BiasedMF
+from service.serving.answers import KeptAnswers
 from service.serving.foldin import OnlineBiases, chunk_limit, decayed_group_sums
 from service.serving.index import ItemIndex
 from service.serving.rows import LruRows
@@ -82,12 +83,9 @@ class ServingView:
     user who scales item biases up, ``fallen`` for one who scales them down) beside the
     index's candidates.
 
-    ``answers`` keeps up to ``answer_limit`` top-K answers computed from this view. A
-    view's scores never change and a user's rated items come as a frozenset that
-    ingestion replaces rather than changes, so an answer stays exact for as long as
-    the view serves and the user's rated items are the very same object: an event of
-    that user (new rated items, and a new view) or of anyone (a new view) invalidates
-    it, as does a swap.
+    ``answers`` keeps top-K answers for repeated requests (``service.serving.answers``):
+    one answer holds while the user's vector and rated items are unchanged, for at
+    most its store's ``max_age_s`` beyond the view it came from.
     """
 
     model: BiasedMF | None
@@ -102,10 +100,7 @@ class ServingView:
     encoded: dict[str, tuple[Collection[str], np.ndarray]] = field(
         default_factory=dict, compare=False, repr=False
     )
-    answer_limit: int = 0
-    answers: dict[tuple[str, int], tuple[Collection[str], tuple[tuple[str, float], ...]]] = field(
-        default_factory=dict, compare=False, repr=False
-    )
+    answers: KeptAnswers = field(default_factory=lambda: KeptAnswers(0), compare=False, repr=False)
     #: Whether risen (True) or fallen → how far each of those rows' bias moved since
     #: indexing; computed by the first request that needs it, fresh in every view.
     moved_by: dict[bool, np.ndarray] = field(
@@ -140,9 +135,9 @@ class ServingView:
         searched: list[tuple[int, np.ndarray, np.ndarray]] = []
         model = self.model
         for at, (user_id, k, exclude_items) in enumerate(asked):
-            cached = self.answers.get((user_id, k))
-            if cached is not None and cached[0] is exclude_items:
-                answers[at] = list(cached[1])
+            kept = self.answers.get(user_id, k, exclude_items, self.user_vectors.get(user_id))
+            if kept is not None:
+                answers[at] = list(kept)
                 continue
             vector = self.user_vector(user_id)
             if model is None or vector is None:
@@ -169,10 +164,8 @@ class ServingView:
         user_id, k, exclude_items = asked
         names = self.model.item_ids
         answer = [(names[r], s) for r, s in zip(rows.tolist(), top.tolist(), strict=True)]
-        if self.answer_limit and isinstance(exclude_items, frozenset):
-            if len(self.answers) >= self.answer_limit:
-                self.answers.clear()
-            self.answers[user_id, k] = (exclude_items, tuple(answer))
+        vector = self.user_vectors.get(user_id)
+        self.answers.put(user_id, k, exclude_items, vector, tuple(answer))
         return answer
 
     def _excluded_rows(self, user_id: str, items: Collection[str]) -> np.ndarray:
@@ -309,8 +302,10 @@ class ServingModel:
         recently seen are evicted and fall back to the version's vector and a zero
         online bias.
     cached_answers
-        Most top-K answers each published view keeps for repeated requests (0: none);
-        see ``ServingView``.
+        Most top-K answers kept for repeated requests (0: none); see ``ServingView``.
+    answer_max_age_s
+        How long a kept answer may go on serving after other users' events changed the
+        item biases it was ranked with (0: only within the view it came from).
     """
 
     def __init__(
@@ -327,6 +322,7 @@ class ServingModel:
         item_bias_regularization: float | None = None,
         ranking_item_bias_regularization: float | None = None,
         scale_regularization: float = 1.0,
+        answer_max_age_s: float = 0.0,
     ) -> None:
         self.model = model
         self.version = version
@@ -357,7 +353,7 @@ class ServingModel:
             self.global_mean,
             model.item_bias.copy() if model is not None else np.zeros(0),
             Map(),
-            answer_limit=cached_answers,
+            answers=KeptAnswers(cached_answers, answer_max_age_s),
         )
 
     @property
@@ -376,7 +372,9 @@ class ServingModel:
         if index is not None:
             risen = np.flatnonzero(view.item_bias > index.indexed_bias)
             fallen = np.flatnonzero(view.item_bias < index.indexed_bias)
-        self._view = replace(view, index=index, risen=risen, fallen=fallen, answers={})
+        self._view = replace(
+            view, index=index, risen=risen, fallen=fallen, answers=view.answers.emptied()
+        )
 
     @property
     def online_users(self) -> int:
@@ -541,7 +539,7 @@ class ServingModel:
             user_vectors=user_vectors,
             risen=risen,
             fallen=fallen,
-            answers={},
+            answers=view.answers.for_next_view(),
         )
 
     def _means_before(self, ratings: np.ndarray) -> np.ndarray | float:

@@ -843,6 +843,7 @@ class Pipeline:
             max_users=self.settings.serving_max_users,
             max_items=self.settings.serving_max_items,
             cached_answers=self.settings.serving_cached_answers,
+            answer_max_age_s=self.settings.serving_answer_max_age_s,
         )
 
     # -- serving --------------------------------------------------------------------

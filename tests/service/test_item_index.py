@@ -278,7 +278,7 @@ def test_many_requests_answered_together_get_what_each_gets_alone() -> None:
     view = serving.view
     alone = [view.recommend(user, k, rated) for user, k, rated in asked]
     assert alone[60] is None and all(answer for answer in alone[:60])
-    fresh = replace(view, answers={})
+    fresh = replace(view, answers=view.answers.emptied())
     assert fresh.recommend_many(asked) == alone
     assert view.recommend_many(asked) == alone  # now from the kept answers
     assert not {item for item, _ in alone[61] or []} & many_rated
