@@ -422,7 +422,7 @@ class Settings(BaseSettings):
         ),
     )
     serving_answer_max_age_s: float = Field(
-        1.0,
+        2.0,
         ge=0,
         le=60,
         description=(
