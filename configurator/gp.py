@@ -253,45 +253,39 @@ class GpOptConfigurator(Configurator):
     def _prune(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
         """Rows worth scoring: within the time limit, not infeasible with high
         probability, not ε-dominated; at most ``keep``: up to half of them the cheapest
-        the prior deems likely on time, then the cheapest of the rest.
-
-        Latency here is the later of this epoch's and the row's when it follows itself,
-        as the chance constraint reads it (``_score``): a row that is fast now only on
-        the containers the last epoch left warm must not crowd out, as dominating them,
-        the rows that stay on time.
-        """
+        the prior deems likely on time, then the cheapest of the rest."""
         assert self.context is not None
         epistemic = self._prior_sd("latency")
-        latency, sd = _binding_latency(now, steady, epistemic)
-        plausible = ndtr((math.log(deadline) - latency) / sd) >= 1 - self.settings.confidence
+        sd = np.sqrt(now.log_latency_sd**2 + epistemic**2)
+        plausible = (
+            ndtr((math.log(deadline) - now.log_latency) / sd) >= 1 - self.settings.confidence
+        )
         plausible &= now.worker_tail_s < self.context.timeout_s
         rows = np.flatnonzero(plausible)
         if not len(rows):  # nothing could meet the deadline: the surest fast ones are left
-            return self._fastest(now, steady)
+            upper = now.log_latency + Z90 * sd
+            return np.argsort(upper)[: self.settings.keep]
         objective = steady.log_cost - steady.log_progress
         eps = math.hypot(self._prior_sd("cost"), self._prior_sd("progress"))
-        keep = _undominated(latency[rows], objective[rows], epistemic, eps)
+        keep = _undominated(now.log_latency[rows], objective[rows], epistemic, eps)
         rows = rows[keep]
         rows = rows[np.argsort(objective[rows])]
         # The cheapest rows are the slowest: cut by cost alone, the kept ones can all be
         # unlikely on time while thousands of dearer ones would be. Half the places go
-        # to the rows the prior alone deems likely on time, cheapest first.
-        prior_latency, prior_sd = _binding_latency(now, steady, 0.0)
-        on_time = (
-            ndtr((math.log(deadline) - prior_latency[rows]) / prior_sd[rows])
-            >= self.settings.confidence
-        )
+        # to the rows the prior alone deems likely on time (this epoch and when the row
+        # follows itself, as ``_score`` requires), cheapest first.
+        on_time = self._likely_on_time(now, steady, deadline)[rows]
         sure = on_time & (np.cumsum(on_time) <= self.settings.keep // 2)
         rest = rows[~sure][: self.settings.keep - int(sure.sum())]
         return np.concatenate([rows[sure], rest])
 
-    def _fastest(self, now: Prediction, steady: Prediction) -> np.ndarray:
-        """The ``keep`` rows within the time limit with the lowest prior 90th-percentile
-        latency (the later of this epoch's and the row's when it follows itself)."""
-        assert self.context is not None
-        latency, sd = _binding_latency(now, steady, self._prior_sd("latency"))
-        upper = np.where(now.worker_tail_s < self.context.timeout_s, latency + Z90 * sd, np.inf)
-        return np.argsort(upper)[: self.settings.keep]
+    def _likely_on_time(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
+        """Per row, whether the prior alone gives it ``confidence`` of meeting
+        ``deadline`` this epoch and when it follows itself."""
+        later = now.log_latency >= steady.log_latency
+        latency = np.where(later, now.log_latency, steady.log_latency)
+        sd = np.where(later, now.log_latency_sd, steady.log_latency_sd)
+        return ndtr((math.log(deadline) - latency) / sd) >= self.settings.confidence
 
     def _prior_sd(self, output: str) -> float:
         """How far the residual GP of ``output`` could move a prediction (its prior sd)."""
@@ -623,17 +617,6 @@ def _one_blas_thread() -> Any:
 
         _BLAS = ThreadpoolController()
     return _BLAS.limit(limits=1, user_api="blas")
-
-
-def _binding_latency(
-    now: Prediction, steady: Prediction, epistemic: float
-) -> tuple[np.ndarray, np.ndarray]:
-    """Log latency and its sd (with ``epistemic`` added) of the later of this epoch and
-    the row following itself, per row."""
-    later = now.log_latency >= steady.log_latency
-    latency = np.where(later, now.log_latency, steady.log_latency)
-    sd = np.where(later, now.log_latency_sd, steady.log_latency_sd)
-    return latency, np.hypot(sd, epistemic)
 
 
 def _undominated(

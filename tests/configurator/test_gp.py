@@ -15,7 +15,7 @@ from configurator import EpochConfig, History, JobContext, Observation, SearchSp
 from configurator.acquisition import log_constrained_ei, log_h
 from configurator.gp import GpOptConfigurator, GpOptSettings, _Scored, _undominated
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
-from configurator.performance import EpochModel, Prediction, recalibrate
+from configurator.performance import EpochModel, recalibrate
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
 from functions.objectstore import FileObjectStore
@@ -156,31 +156,6 @@ def test_pruning_keeps_the_front_and_drops_what_is_beaten_in_both() -> None:
     latency = np.array([1.0, 2.0, 3.0, 3.0])
     objective = np.array([3.0, 2.0, 1.0, 5.0])
     assert _undominated(latency, objective, 0.0, 0.0).tolist() == [True, True, True, False]
-
-
-def _prediction(latency: list[float], objective: list[float]) -> Prediction:
-    n = len(latency)
-    return Prediction(
-        np.log(latency),
-        np.full(n, 0.05),
-        np.log(objective),
-        np.full(n, 0.05),
-        np.zeros(n),
-        np.full(n, 0.05),
-        np.zeros(n),
-    )
-
-
-def test_a_candidate_fast_only_on_containers_left_warm_does_not_prune_one_that_stays_on_time() -> (
-    None
-):
-    """Row 0 is fast this epoch (the last epoch left its containers warm) and cheap, but
-    slow once it follows itself; row 1 is on time either way. Judged by this epoch's
-    latency alone, row 0 beats row 1 in both and row 1 would be pruned."""
-    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
-    now = _prediction([0.1, 1.0], [1.0, 1.5])
-    steady = _prediction([10.0, 1.0], [1.0, 1.5])
-    assert configurator._prune(now, steady, deadline=2.0).tolist() == [1]
 
 
 def test_pruning_keeps_the_cheapest_candidates_likely_on_time_beside_the_cheapest() -> None:
