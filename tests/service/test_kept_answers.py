@@ -3,7 +3,7 @@ the answer is young enough, never after an event of that user or a swap."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -22,11 +22,23 @@ class Clock:
         return self.now
 
 
-def _serving(max_age_s: float, clock: Clock) -> ServingModel:
+@dataclass
+class Served:
+    """A served version whose kept answers age by ``clock``, and the rated items of
+    the user the tests ask for."""
+
+    serving: ServingModel
+    clock: Clock
+    rated: frozenset[str]
+
+
+def _served(max_age_s: float) -> Served:
     serving = ServingModel(synthetic_version(2_000, 50, 8, seed=3), "v1", cached_answers=100)
+    clock = Clock()
     # The same view, its answers kept by the test's clock.
     serving._view = replace(serving.view, answers=KeptAnswers(100, max_age_s, clock))
-    return serving
+    assert serving.model is not None
+    return Served(serving, clock, frozenset(serving.model.item_ids[:5]))
 
 
 def _exact(serving: ServingModel, user: str, k: int, rated: frozenset[str]) -> list[str]:
@@ -47,11 +59,8 @@ def _others_rate(serving: ServingModel, items: list[str]) -> None:
 
 
 def test_an_answer_outlives_other_users_events_until_its_age_runs_out() -> None:
-    clock = Clock()
-    serving = _serving(max_age_s=1.0, clock=clock)
-    model = serving.model
-    assert model is not None
-    rated = frozenset(model.item_ids[:5])
+    served = _served(max_age_s=1.0)
+    serving, clock, rated = served.serving, served.clock, served.rated
     first = serving.recommend("u3", 10, rated)
     assert first is not None
     # Lift items just below the answer into it, from other users' ratings.
@@ -67,23 +76,17 @@ def test_an_answer_outlives_other_users_events_until_its_age_runs_out() -> None:
 
 
 def test_without_an_age_an_answer_ends_with_its_view() -> None:
-    clock = Clock()
-    serving = _serving(max_age_s=0.0, clock=clock)
-    model = serving.model
-    assert model is not None
-    rated = frozenset(model.item_ids[:5])
+    served = _served(max_age_s=0.0)
+    serving, rated = served.serving, served.rated
     serving.recommend("u3", 10, rated)
     assert ("u3", 10) in serving.view.answers
-    _others_rate(serving, list(model.item_ids[100:110]))
+    _others_rate(serving, _exact(serving, "u3", 10, rated))
     assert len(serving.view.answers) == 0
 
 
 def test_an_event_of_the_user_ends_their_answer_at_once() -> None:
-    clock = Clock()
-    serving = _serving(max_age_s=60.0, clock=clock)
-    model = serving.model
-    assert model is not None
-    rated = frozenset(model.item_ids[:5])
+    served = _served(max_age_s=60.0)
+    serving, rated = served.serving, served.rated
     first = serving.recommend("u3", 10, rated)
     assert first is not None
     top = first[0][0]
@@ -118,8 +121,7 @@ def test_a_full_store_starts_over_rather_than_growing() -> None:
 
 
 def test_a_new_index_or_version_starts_with_no_kept_answers() -> None:
-    clock = Clock()
-    serving = _serving(max_age_s=60.0, clock=clock)
+    serving = _served(max_age_s=60.0).serving
     serving.recommend("u3", 10, frozenset())
     assert len(serving.view.answers) == 1
     serving.attach_index(None)
