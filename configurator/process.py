@@ -298,13 +298,17 @@ class HostedConfigurator(Configurator):
 
 
 def main(descriptor: int) -> None:
-    """The child: import the numeric configurators up front (the service started it
-    ahead of its first job), then answer until the service closes the connection.
+    """The child: import the numeric configurators and warm torch and gpytorch up front
+    (the service started it ahead of its first job), then answer until the service
+    closes the connection.
     Ctrl-C in a terminal reaches the whole process group: the service stops its child."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     os.nice(NICENESS)
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
-    import configurator.gp  # noqa: F401  (torch and gpytorch)
+    import configurator.gp  # noqa: F401
+    from configurator.surrogate import warm_up
+
+    warm_up()
 
     _serve(Connection(descriptor))
 

@@ -100,6 +100,19 @@ def matern52(
     return kernel
 
 
+def warm_up() -> None:
+    """Import torch and gpytorch and run one small hyper-parameter fit.
+
+    Both import lazily, and a fit's first run loads more of them (priors, the marginal
+    likelihood, L-BFGS, autograd). Paid by a job's first refit, that is seconds of
+    interpreter while the job's epochs run and the service serves; a configurator
+    process pays it once, when it starts, ahead of any job.
+    """
+    rng = np.random.default_rng(0)
+    x = rng.random((8, 2))
+    GpytorchSurrogate().fit(x, np.sin(3 * x).sum(1), optimise=True)
+
+
 class GpytorchSurrogate:
     """A residual GP: gpytorch ``ExactGP``, Matérn-5/2 ARD, float64, with priors.
 

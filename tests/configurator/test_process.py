@@ -137,3 +137,33 @@ def _running(pid: int) -> bool:
 def test_without_a_context_the_child_proposes_the_default(host: ConfiguratorHost) -> None:
     default = EpochConfig(**{**DEFAULT.as_dict(), "workers": 2})
     assert host.configurator("gp", default, None, None).propose(0, []) == default
+
+
+def test_after_warming_up_a_refit_imports_nothing() -> None:
+    """The child warms up before any job: a job's first refit, on the child's CPU share
+    beside the service, then loads no module (torch and gpytorch cost seconds)."""
+    script = (
+        "import sys\n"
+        "import numpy as np\n"
+        "from configurator.surrogate import GpytorchSurrogate, warm_up\n"
+        "assert 'gpytorch' not in sys.modules\n"
+        "warm_up()\n"
+        "before = set(sys.modules)\n"
+        "x = np.random.default_rng(1).random((20, 5))\n"
+        "GpytorchSurrogate().fit(x, x.sum(1), optimise=True)\n"
+        "print(sorted(set(sys.modules) - before))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="reads /proc")
+def test_a_started_child_loads_torch_before_any_job(host: ConfiguratorHost) -> None:
+    host.start()
+    assert host.pid is not None
+    maps = Path(f"/proc/{host.pid}/maps")
+    deadline = time.monotonic() + 120
+    while "libtorch" not in maps.read_text() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert "libtorch" in maps.read_text()
