@@ -18,7 +18,9 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    not more than ``explore_slack`` dearer at the 90th percentile of their posterior
    (safe, cost-aware exploration). Once a few epochs ran, the latency posterior is
    widened until it holds the job's own epochs (split-conformal). The first
-   epoch is the prior's best feasible candidate. Changing memory or λ costs cold
+   epoch is the prior's best feasible candidate. When nothing is likely on time this
+   epoch (a switch's cold starts, every container in the first epoch), the pick is
+   the cheapest candidate likely on time once warm. Changing memory or λ costs cold
    containers: the prior charges them to the epoch that switches (amortised over the
    epochs left in the objective), and a switch must also promise ``switch_gain``.
 5. **Refit off the critical path.** Hyper-parameters are refitted on a thread while the
@@ -139,6 +141,8 @@ class _Scored:
     objective: np.ndarray
     objective_sd: np.ndarray
     p_feasible: np.ndarray
+    #: P(on time) of each row once it follows itself (no switch's cold starts).
+    p_staying: np.ndarray
     #: The factor latency spreads were widened by (``GpOptConfigurator._latency_widening``).
     widening: float
 
@@ -251,33 +255,43 @@ class GpOptConfigurator(Configurator):
         return deadline, budget
 
     def _prune(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
-        """Rows worth scoring: within the time limit, not infeasible with high
-        probability, not ε-dominated; at most ``keep``: up to half of them the cheapest
-        the prior deems likely on time, then the cheapest of the rest."""
+        """Rows worth scoring, at most ``keep``: the cheapest rows the prior alone deems
+        likely on time (a quarter of the places for rows on time even after a switch, a
+        quarter for rows on time once warm, ``_fallback``'s when no row is on time now),
+        then the cheapest of the rest that are within the time limit, not infeasible
+        with high probability and not ε-dominated.
+
+        The cheapest rows are the slowest: cut by cost alone, the kept ones can all be
+        unlikely on time while thousands of dearer ones would be; and dominance judged
+        on this epoch's latency drops rows that are on time only once warm.
+        """
         assert self.context is not None
+        within_limit = now.worker_tail_s < self.context.timeout_s
+        objective = steady.log_cost - steady.log_progress
+        cheapest = np.argsort(objective, kind="stable")
+        quarter = max(1, self.settings.keep // 4)
+        on_time = self._likely_on_time(now, steady, deadline) & within_limit
+        once_warm = self._likely_on_time(steady, steady, deadline) & within_limit & ~on_time
+        sure = np.concatenate(
+            [cheapest[on_time[cheapest]][:quarter], cheapest[once_warm[cheapest]][:quarter]]
+        )[: self.settings.keep]
         epistemic = self._prior_sd("latency")
         sd = np.sqrt(now.log_latency_sd**2 + epistemic**2)
         plausible = (
             ndtr((math.log(deadline) - now.log_latency) / sd) >= 1 - self.settings.confidence
         )
-        plausible &= now.worker_tail_s < self.context.timeout_s
+        plausible &= within_limit
+        plausible[sure] = False
         rows = np.flatnonzero(plausible)
-        if not len(rows):  # nothing could meet the deadline: the surest fast ones are left
+        room = self.settings.keep - len(sure)
+        if not len(rows):  # nothing else could meet the deadline: the surest fast ones
             upper = now.log_latency + Z90 * sd
-            return np.argsort(upper)[: self.settings.keep]
-        objective = steady.log_cost - steady.log_progress
+            upper[sure] = np.inf
+            return np.concatenate([sure, np.argsort(upper)[:room]])
         eps = math.hypot(self._prior_sd("cost"), self._prior_sd("progress"))
-        keep = _undominated(now.log_latency[rows], objective[rows], epistemic, eps)
-        rows = rows[keep]
-        rows = rows[np.argsort(objective[rows])]
-        # The cheapest rows are the slowest: cut by cost alone, the kept ones can all be
-        # unlikely on time while thousands of dearer ones would be. Half the places go
-        # to the rows the prior alone deems likely on time (this epoch and when the row
-        # follows itself, as ``_score`` requires), cheapest first.
-        on_time = self._likely_on_time(now, steady, deadline)[rows]
-        sure = on_time & (np.cumsum(on_time) <= self.settings.keep // 2)
-        rest = rows[~sure][: self.settings.keep - int(sure.sum())]
-        return np.concatenate([rows[sure], rest])
+        rows = rows[_undominated(now.log_latency[rows], objective[rows], epistemic, eps)]
+        rows = rows[np.argsort(objective[rows], kind="stable")][:room]
+        return np.concatenate([sure, rows])
 
     def _likely_on_time(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
         """Per row, whether the prior alone gives it ``confidence`` of meeting
@@ -343,10 +357,11 @@ class GpOptConfigurator(Configurator):
         staying = ndtr((math.log(deadline) - steady_lat) / steady_sd)
         p = np.minimum(p, staying)
         if math.isfinite(budget):
-            p = p * ndtr((math.log(budget) - cost) / total_cost_sd)
+            within = ndtr((math.log(budget) - cost) / total_cost_sd)
+            p, staying = p * within, staying * within
         del progress_sd
         return _Scored(
-            rows, lat, total_lat_sd, cost, total_cost_sd, objective, objective_sd, p, widen
+            rows, lat, total_lat_sd, cost, total_cost_sd, objective, objective_sd, p, staying, widen
         )
 
     def _latency_widening(self, history: Sequence[Observation]) -> float:
@@ -380,10 +395,7 @@ class GpOptConfigurator(Configurator):
         settings = self.settings
         safe = np.flatnonzero(scored.p_feasible >= settings.confidence)
         if not len(safe):
-            # Nothing meets the deadline with confidence: the least late at the same
-            # confidence, not the likeliest to be on time (that favours the wildest).
-            upper = scored.lat + Z90 * scored.lat_sd
-            return int(np.argmin(upper)), "none likely feasible: the least late at 90 %", 0
+            return self._fallback(scored)
         incumbent = int(safe[np.argmin(scored.objective[safe])])
         explore = settings.use_gp and epoch > 0
         if not explore:
@@ -411,6 +423,23 @@ class GpOptConfigurator(Configurator):
         if history:
             pick, reason = self._hysteresis(scored, safe, pick, reason, history[-1].config)
         return pick, reason, len(near)
+
+    def _fallback(self, scored: _Scored) -> tuple[int, str, int]:
+        """The pick when nothing meets this epoch's share with confidence.
+
+        Where a config would once it follows itself, the cheapest such: a switch's cold
+        starts make this epoch late, but every later one can be on time. On a tight
+        deadline that is the usual case, first epoch included (every container is
+        cold); staying instead on whatever is least late now keeps a job late, or
+        nearly, for good. Otherwise the least late at the same confidence, not the
+        likeliest to be on time (that favours the wildest).
+        """
+        staying = np.flatnonzero(scored.p_staying >= self.settings.confidence)
+        if len(staying):
+            pick = int(staying[np.argmin(scored.objective[staying])])
+            return pick, "none likely feasible now: the cheapest feasible once warm", len(staying)
+        upper = scored.lat + Z90 * scored.lat_sd
+        return int(np.argmin(upper)), "none likely feasible: the least late at 90 %", 0
 
     def _hysteresis(
         self, scored: _Scored, safe: np.ndarray, pick: int, reason: str, current: EpochConfig

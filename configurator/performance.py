@@ -9,8 +9,12 @@ adapted to selective sync):
   workers' slowdown distribution (stragglers and jitter), plus a cold start where no
   warm container is left;
 * an epoch's latency is the κ-th fastest of λ such durations, an order statistic: its
-  q-quantile is the slowdown distribution's quantile at ``Beta(κ, λ-κ+1).ppf(q)``, plus
-  the coordinator's own seconds (``a + b·κ``: reading and averaging κ deltas);
+  q-quantile is one worker's duration quantile at ``Beta(κ, λ-κ+1).ppf(q)``, plus the
+  coordinator's own seconds (``a + b·κ``: reading and averaging κ deltas). Where warm
+  and cold workers mix (a config following itself with κ < λ finds only κ containers
+  free), one worker's duration is the mixture of the two, a cold start apart; taking
+  the slower of the two groups' own quantiles instead overstated a steady epoch by
+  10-15 % and made a tight deadline's true optimum look infeasible;
 * its cost is Lambda's bill of all λ workers (stragglers finish and are billed too):
   ``λ · (E[duration] · memory/1024 · price per GB-s + price per request)``;
 * its loss progress (relative fall of the training loss) saturates with the SGD steps
@@ -65,6 +69,9 @@ PRIOR_WEIGHT_RECORDS = 16
 #: that the model follows a job whose window grew, and few, so it takes milliseconds.
 RECORDS_PER_EPOCH = 64
 RECENT_EPOCHS = 8
+#: Halvings of the bracket of a latency quantile where warm and cold workers mix: to
+#: 1/1024 of a cold start.
+MIXTURE_BISECTIONS = 10
 #: Epochs whose records stand for the slowdown distribution: a property of the fleet,
 #: not of the window, so more of them (a job of one or two workers an epoch needs a
 #: few dozen epochs to show its stragglers).
@@ -170,6 +177,33 @@ class EpochModel:
         positions = (np.arange(len(s)) + 0.5) / len(s)
         return np.interp(u, positions, s)
 
+    def mixture_quantile(self, u: np.ndarray, cold: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """Quantile at ``u`` of one worker's duration, in units of its seconds at slowdown
+        1, where a share ``cold`` of the workers starts ``shift`` later (vectorised).
+
+        The mixture's CDF, ``(1 - cold)·F(x) + cold·F(x - shift)``, lies between ``F(x)``
+        and ``F(x - shift)``, so its quantile lies within ``shift`` above the slowdown
+        distribution's own: bisection in that bracket, for the rows that mix.
+        """
+        base = self.slowdown_quantile(u)
+        out = base + np.where(cold >= 1, shift, 0.0)
+        mixed = np.flatnonzero((cold > 0) & (cold < 1) & (shift > 0))
+        if not len(mixed):
+            return out
+        s = self.slowdowns
+        positions = (np.arange(len(s)) + 0.5) / len(s)
+        target, share, d = u[mixed], cold[mixed], shift[mixed]
+        lo, hi = base[mixed], base[mixed] + d
+        for _ in range(MIXTURE_BISECTIONS):
+            mid = (lo + hi) / 2
+            g = (1 - share) * np.interp(mid, s, positions, left=0, right=1)
+            g += share * np.interp(mid - d, s, positions, left=0, right=1)
+            below = g < target
+            lo = np.where(below, mid, lo)
+            hi = np.where(below, hi, mid)
+        out[mixed] = (lo + hi) / 2
+        return out
+
     # -- an epoch -----------------------------------------------------------------------
     def predict(
         self,
@@ -195,20 +229,12 @@ class EpochModel:
         lam, kappa = cands.workers, cands.kappa
         cold = _cold_workers(cands, previous)
         cold_s = self.worker.cold_start_s
-        warm = lam - cold
         coordinator = self.coordinator_s[0] + self.coordinator_s[1] * kappa
         quantiles = {}
         for q in (0.5, 0.9):
-            # The κ-th fastest of all λ, each cold one a cold start slower; or, when the
-            # warm ones are enough, the κ-th fastest of the warm ones alone: whichever
-            # comes first (cold workers are rarely among the fastest).
-            every = self.slowdown_quantile(_order_quantile(kappa, lam, q)) * scaled
-            every = every + np.where(cold > 0, cold_s, 0.0)
-            enough = np.maximum(warm, kappa)
-            among_warm = self.slowdown_quantile(_order_quantile(kappa, enough, q)) * scaled
-            quantiles[q] = (
-                np.where(warm >= kappa, np.minimum(every, among_warm), every) + coordinator
-            )
+            u = _order_quantile(kappa, lam, q)
+            x = self.mixture_quantile(u, cold / lam, cold_s / scaled)
+            quantiles[q] = x * scaled + coordinator
         log_lat = np.log(quantiles[0.5])
         log_lat_sd = np.maximum((np.log(quantiles[0.9]) - log_lat) / Z90, 0.01)
         mean_s, sd_s = float(np.mean(self.slowdowns)), float(np.std(self.slowdowns))
@@ -345,7 +371,7 @@ def _fit_workers(
     sizes = sorted({r.samples for r in medians})
     if len(sizes) >= 3 and sizes[-1] >= 4 * max(sizes[0], 1):
         fitted = _least_squares(model.worker, medians)
-        if fitted is not None:
+        if fitted is not None and _keeps_compute(fitted, worker):
             fitted = _scaled(fitted, _median_ratio(fitted, warm, context))
             if _log_sse(fitted, medians, context) < 0.7 * _log_sse(worker, medians, context):
                 worker = fitted
@@ -357,6 +383,18 @@ def _fit_workers(
         extra = [r.duration_s - worker.duration_s(_work(r, context), r.memory_mb) for r in cold]
         worker = worker.replace(cold_start_s=max(0.0, float(np.median(extra))))
     return worker, _pooled(model, ratios / float(np.median(ratios)))
+
+
+def _keeps_compute(fitted: PerformanceModel, scaled: PerformanceModel) -> bool:
+    """Whether a least-squares fit left at least half the per-sample compute seconds
+    of the scaled prior in place.
+
+    Which seconds a smaller memory size slows down (compute) and which it does not
+    (overhead, transfer) only runs at several memory sizes could show; a job's runs
+    at one size leave that to noise, and a fit that moved the per-sample seconds into
+    the fixed ones predicted 0.08 s for an epoch that took 2.4 s at 128 MB.
+    """
+    return fitted.compute_s_per_sample >= 0.5 * scaled.compute_s_per_sample
 
 
 def _median_ratio(worker: PerformanceModel, runs: list[WorkerRun], context: JobContext) -> float:
