@@ -285,9 +285,8 @@ class GpOptConfigurator(Configurator):
         rows = np.flatnonzero(plausible)
         room = self.settings.keep - len(sure)
         if not len(rows):  # nothing else could meet the deadline: the surest fast ones
-            upper = now.log_latency + Z90 * sd
-            upper[sure] = np.inf
-            return np.concatenate([sure, np.argsort(upper)[:room]])
+            fastest = np.argsort(now.log_latency + Z90 * sd)
+            return np.concatenate([sure, fastest[~np.isin(fastest, sure)][:room]])
         eps = math.hypot(self._prior_sd("cost"), self._prior_sd("progress"))
         rows = rows[_undominated(now.log_latency[rows], objective[rows], epistemic, eps)]
         rows = rows[np.argsort(objective[rows], kind="stable")][:room]

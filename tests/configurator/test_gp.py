@@ -331,3 +331,14 @@ def test_recalibration_at_one_memory_size_keeps_the_seconds_a_smaller_one_slows(
         [prior.shard_work(Candidates.of([o.config]), _context(), 100_000)[0][0] for o in history]
     )
     assert fitted.worker.compute_s_per_sample >= 0.5 * scale * prior.worker.compute_s_per_sample
+
+
+@pytest.mark.parametrize("cap", [0.001, 60.0])
+def test_pruning_keeps_each_row_once(cap: float) -> None:
+    """On a grid smaller than ``keep``, with a deadline nothing meets and one most do."""
+    configurator = GpOptConfigurator(DEFAULT, _context(cap), GpOptSettings(background=False), SPACE)
+    kept: list[np.ndarray] = []
+    prune = configurator._prune
+    configurator._prune = lambda *args: kept.append(prune(*args)) or kept[-1]  # type: ignore[method-assign]
+    configurator.propose(0, [])
+    assert len(kept[0]) == len(set(kept[0].tolist())) > 0
