@@ -59,6 +59,7 @@ from configurator.performance import (
     EpochModel,
     Prediction,
     epoch_progress,
+    latency_groups,
     recalibrate,
 )
 from configurator.space import Candidates, EpochConfig, SearchSpace
@@ -194,6 +195,7 @@ class GpOptConfigurator(Configurator):
         self._grid = self.space.grid()
         self._bounds = self.space.bounds()
         self._features = self._grid.features(self._bounds)
+        self._latency_groups = latency_groups(self._grid)
         self._past = history.load() if history is not None else []
         self._seed_hyperparameters()
         self._refit_at = 1
@@ -227,8 +229,13 @@ class GpOptConfigurator(Configurator):
             self._condition(history, model, optimise=False)
         previous = history[-1].config if history else None
         deadline, budget = self._shares(epoch, history)
-        now = model.predict(self._grid, context, samples=samples, previous=previous)
-        steady = model.predict(self._grid, context, samples=samples, previous=self._grid)
+        groups = self._latency_groups
+        now = model.predict(
+            self._grid, context, samples=samples, previous=previous, same_latency=groups
+        )
+        steady = model.predict(
+            self._grid, context, samples=samples, previous=self._grid, same_latency=groups
+        )
         rows = self._prune(now, steady, deadline)
         scored = self._score(rows, now, steady, history, samples, epoch, deadline, budget)
         pick, reason, considered = self._decide(scored, history, epoch)

@@ -212,12 +212,17 @@ class EpochModel:
         *,
         samples: int | np.ndarray | None = None,
         previous: EpochConfig | Candidates | None = None,
+        same_latency: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> Prediction:
         """The epoch of each candidate, run after ``previous`` (None: the first epoch).
 
         ``samples`` and ``previous`` may also be given per candidate (an array, and
         :class:`Candidates` of the same length, a memory of 0 meaning none), to predict
         the epochs a job ran, each after its own predecessor.
+
+        ``same_latency`` (:func:`latency_groups` of ``cands``, for one ``samples`` for
+        all) lets the latency quantiles be solved once per group of rows that differ
+        only in what changes no second.
 
         Cold starts: every worker is cold in a job's first epoch and after a change of
         memory (containers are per memory size); otherwise the λ−κ workers still
@@ -231,9 +236,10 @@ class EpochModel:
         cold_s = self.worker.cold_start_s
         coordinator = self.coordinator_s[0] + self.coordinator_s[1] * kappa
         quantiles = {}
+        first, inverse = same_latency or (slice(None), slice(None))
         for q in (0.5, 0.9):
-            u = _order_quantile(kappa, lam, q)
-            x = self.mixture_quantile(u, cold / lam, cold_s / scaled)
+            u, share, shift = _order_quantile(kappa, lam, q), cold / lam, cold_s / scaled
+            x = self.mixture_quantile(u[first], share[first], shift[first])[inverse]
             quantiles[q] = x * scaled + coordinator
         log_lat = np.log(quantiles[0.5])
         log_lat_sd = np.maximum((np.log(quantiles[0.9]) - log_lat) / Z90, 0.01)
@@ -255,6 +261,15 @@ class EpochModel:
             np.full(len(cands), self.progress_sd),
             tail,
         )
+
+
+def latency_groups(cands: Candidates) -> tuple[np.ndarray, np.ndarray]:
+    """``(first row of each group, group of each row)`` of the rows of ``cands`` that
+    differ only in their learning rate, which changes no second of an epoch (the
+    search space's five learning rates make a fifth of the grid's latency work)."""
+    columns = np.column_stack([cands.memory_mb, cands.workers, cands.sync_ratio, cands.batch_size])
+    _, first, inverse = np.unique(columns, axis=0, return_index=True, return_inverse=True)
+    return first, inverse.ravel()
 
 
 def _order_quantile(kappa: np.ndarray, n: np.ndarray, q: float) -> np.ndarray:

@@ -15,7 +15,7 @@ from configurator import EpochConfig, History, JobContext, Observation, SearchSp
 from configurator.acquisition import log_constrained_ei, log_h
 from configurator.gp import GpOptConfigurator, GpOptSettings, _Scored, _undominated
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
-from configurator.performance import EpochModel, recalibrate
+from configurator.performance import EpochModel, latency_groups, recalibrate
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
 from functions.objectstore import FileObjectStore
@@ -342,3 +342,16 @@ def test_pruning_keeps_each_row_once(cap: float) -> None:
     configurator._prune = lambda *args: kept.append(prune(*args)) or kept[-1]  # type: ignore[method-assign]
     configurator.propose(0, [])
     assert len(kept[0]) == len(set(kept[0].tolist())) > 0
+
+
+def test_latency_solved_once_per_group_equals_every_row_solved() -> None:
+    """Rows that differ only in learning rate share their latency: solving it once per
+    group (what GP-OPT does over its grid) predicts what solving every row does."""
+    grid, model, context = SPACE.grid(), EpochModel.prior(), _context()
+    groups = latency_groups(grid)
+    assert len(groups[0]) == len(grid) // len(SPACE.learning_rate)
+    for previous in (None, DEFAULT, grid):
+        every = model.predict(grid, context, previous=previous)
+        grouped = model.predict(grid, context, previous=previous, same_latency=groups)
+        np.testing.assert_array_equal(grouped.log_latency, every.log_latency)
+        np.testing.assert_array_equal(grouped.log_latency_sd, every.log_latency_sd)
