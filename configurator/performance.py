@@ -171,11 +171,13 @@ class EpochModel:
         compute = (n * w.compute_s_per_sample + batches * w.compute_s_per_batch) / share
         return w.overhead_s + io + compute, n
 
+    def _positions(self) -> np.ndarray:
+        """Where each sorted slowdown sits in the distribution (its plotting position)."""
+        return (np.arange(len(self.slowdowns)) + 0.5) / len(self.slowdowns)
+
     def slowdown_quantile(self, u: np.ndarray) -> np.ndarray:
         """The slowdown distribution's quantile function at ``u`` (vectorised)."""
-        s = self.slowdowns
-        positions = (np.arange(len(s)) + 0.5) / len(s)
-        return np.interp(u, positions, s)
+        return np.interp(u, self._positions(), self.slowdowns)
 
     def mixture_quantile(self, u: np.ndarray, cold: np.ndarray, shift: np.ndarray) -> np.ndarray:
         """Quantile at ``u`` of one worker's duration, in units of its seconds at slowdown
@@ -190,8 +192,7 @@ class EpochModel:
         mixed = np.flatnonzero((cold > 0) & (cold < 1) & (shift > 0))
         if not len(mixed):
             return out
-        s = self.slowdowns
-        positions = (np.arange(len(s)) + 0.5) / len(s)
+        s, positions = self.slowdowns, self._positions()
         target, share, d = u[mixed], cold[mixed], shift[mixed]
         lo, hi = base[mixed], base[mixed] + d
         for _ in range(MIXTURE_BISECTIONS):
@@ -237,10 +238,10 @@ class EpochModel:
         coordinator = self.coordinator_s[0] + self.coordinator_s[1] * kappa
         quantiles = {}
         first, inverse = same_latency or (slice(None), slice(None))
+        share, shift = (cold / lam)[first], (cold_s / scaled)[first]
         for q in (0.5, 0.9):
-            u, share, shift = _order_quantile(kappa, lam, q), cold / lam, cold_s / scaled
-            x = self.mixture_quantile(u[first], share[first], shift[first])[inverse]
-            quantiles[q] = x * scaled + coordinator
+            u = _order_quantile(kappa, lam, q)[first]
+            quantiles[q] = self.mixture_quantile(u, share, shift)[inverse] * scaled + coordinator
         log_lat = np.log(quantiles[0.5])
         log_lat_sd = np.maximum((np.log(quantiles[0.9]) - log_lat) / Z90, 0.01)
         mean_s, sd_s = float(np.mean(self.slowdowns)), float(np.std(self.slowdowns))
