@@ -503,13 +503,20 @@ class GpOptConfigurator(Configurator):
         """Inputs and residual targets of this job's epochs and earlier jobs'."""
         assert self.context is not None
         epochs: list[tuple[EpochConfig, float, float, float | None, int, EpochConfig | None]] = []
-        for job in self._past:
+        # Which job each epoch is of (-1: this one) and its index there, for the phase.
+        job_of: list[int] = []
+        index: list[int] = []
+        for j, job in enumerate(self._past):
             prev: EpochConfig | None = None
-            for e in job.epochs:
+            for t, e in enumerate(job.epochs):
                 epochs.append(
                     (e.epoch_config, e.latency_s, e.cost_usd, e.progress, e.samples, prev)
                 )
+                job_of.append(j)
+                index.append(t)
                 prev = e.epoch_config
+        job_of.extend([-1] * len(history))
+        index.extend(range(len(history)))
         progress = dict(epoch_progress(history))
         for t, obs in enumerate(history):
             samples = obs.samples or self.context.train_samples
@@ -537,9 +544,15 @@ class GpOptConfigurator(Configurator):
             "cost": pred.log_cost,
             "progress": pred.log_progress,
         }
+        predicted["progress"] = pred.log_progress + model.progress.phase_log(
+            np.array(index), len(history)
+        )
         masks = {name: np.isfinite(observed[name]) for name in OUTPUTS}
         masks["cost"] &= np.array([e[2] > 0 for e in epochs])
         residuals = {name: observed[name] - predicted[name] for name in OUTPUTS}
+        residuals["progress"] = _centred_per_past_job(
+            residuals["progress"], masks["progress"], np.array(job_of)
+        )
         return x, residuals, masks
 
     def _condition(self, history: Sequence[Observation], model: EpochModel, optimise: bool) -> None:
@@ -652,6 +665,21 @@ def _one_blas_thread() -> Any:
 
         _BLAS = ThreadpoolController()
     return _BLAS.limit(limits=1, user_api="blas")
+
+
+def _centred_per_past_job(residuals: np.ndarray, mask: np.ndarray, job: np.ndarray) -> np.ndarray:
+    """Progress residuals with each earlier job's own mean taken out (``job`` -1: this
+    job's epochs, left as they are).
+
+    An earlier job's level (its window, how far its loss had fallen) says nothing about
+    this one's; what carries over is how configs progress relative to each other.
+    """
+    out = residuals.copy()
+    for j in np.unique(job[job >= 0]):
+        rows = (job == j) & mask
+        if rows.any():
+            out[rows] -= float(np.mean(residuals[rows]))
+    return out
 
 
 def _undominated(

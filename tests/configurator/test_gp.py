@@ -133,6 +133,40 @@ def test_repeated_configurations_are_averaged() -> None:
     assert len(ux) == 2 and sorted(uy.tolist()) == [2.0, 5.0] and sorted(counts.tolist()) == [1, 2]
 
 
+def test_a_configuration_run_again_is_known_better_than_one_run_once() -> None:
+    """Ten epochs of a config pin its residual down; one leaves it shrunk to the prior."""
+    far = np.array([[0.9, 0.9]])
+    x = np.vstack([np.repeat([[0.1, 0.1]], 10, axis=0), far])
+    y = np.r_[np.full(10, 0.5), 0.5]
+    surrogate = GpytorchSurrogate()
+    surrogate.fit(x, y, optimise=False)
+    mean, var = surrogate.predict(np.array([[0.1, 0.1], [0.9, 0.9]]))
+    assert mean[0] > 0.8 * 0.5 and mean[1] < 0.6 * 0.5
+    assert var[0] < 0.25 * var[1]
+
+
+def test_the_jobs_phase_is_not_credited_to_the_configs_run_early() -> None:
+    """Two configs that progress alike, one run while the loss fell fast and one later:
+    their progress residuals agree once the job's decay is fitted."""
+    context = _context(epochs=20)
+    prior = EpochModel.prior()
+    early, late = DEFAULT, replace(DEFAULT, learning_rate=0.1)
+    rng = np.random.default_rng(5)
+    history, loss = [], 1.0
+    shape = prior.progress.shape(Candidates.of([early, late]), context.train_samples, 1.0)
+    for t in range(12):
+        config = early if t < 6 else late
+        loss *= 1.0 - 0.1 * 0.85**t * shape[0 if t < 6 else 1] / shape[0]
+        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
+    fitted = recalibrate(prior, history, context)
+    assert fitted.progress.decay == pytest.approx(0.85, abs=0.03)
+    configurator = GpOptConfigurator(DEFAULT, context, GpOptSettings(background=False), SPACE)
+    x, residuals, masks = configurator._observations(history, fitted)
+    progress = residuals["progress"][masks["progress"]]
+    first, second = progress[:5], progress[5:]  # epoch 0 has no progress of its own
+    assert abs(float(np.mean(first) - np.mean(second))) < 0.1
+
+
 def test_recalibration_learns_the_scale_of_the_workers() -> None:
     prior = EpochModel.prior()
     slower = EpochModel.prior().worker.replace(
