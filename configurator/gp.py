@@ -73,6 +73,8 @@ OUTPUTS = ("latency", "cost", "progress")
 #: how many recent ones it looks at.
 CALIBRATION_EPOCHS = 5
 CALIBRATION_WINDOW = 20
+#: Log-latency within which the fallback deems two rows equally late (2 %).
+LATENESS_TIE = 0.02
 #: z of a two-sided 90 % interval (its upper end is the 95th percentile).
 Z95 = 1.6448536269514722
 
@@ -445,7 +447,11 @@ class GpOptConfigurator(Configurator):
             pick = int(staying[np.argmin(scored.objective[staying])])
             return pick, "none likely feasible now: the cheapest feasible once warm", len(staying)
         upper = scored.lat + Z90 * scored.lat_sd
-        return int(np.argmin(upper)), "none likely feasible: the least late at 90 %", 0
+        # Rows alike in latency (they differ in learning rate or batch size alone) are
+        # told apart by what they achieve, not by their order in the grid.
+        close = np.flatnonzero(upper <= float(np.min(upper)) + LATENESS_TIE)
+        pick = int(close[np.argmin(scored.objective[close])])
+        return pick, "none likely feasible: the least late at 90 %", 0
 
     def _hysteresis(
         self, scored: _Scored, safe: np.ndarray, pick: int, reason: str, current: EpochConfig

@@ -389,3 +389,24 @@ def test_latency_solved_once_per_group_equals_every_row_solved() -> None:
         grouped = model.predict(grid, context, previous=previous, same_latency=groups)
         np.testing.assert_array_equal(grouped.log_latency, every.log_latency)
         np.testing.assert_array_equal(grouped.log_latency_sd, every.log_latency_sd)
+
+
+def test_with_nothing_on_time_even_once_warm_equal_lateness_is_decided_by_the_objective() -> None:
+    """Rows that differ only in learning rate are equally late; the fallback must not
+    take the first of them in the grid (the smallest learning rate, the least progress)."""
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    n = 4
+    scored = _Scored(
+        rows=np.arange(n),
+        lat=np.array([-1.0, -1.0, -1.0, 0.0]),
+        lat_sd=np.full(n, 0.1),
+        cost=np.zeros(n),
+        cost_sd=np.full(n, 0.1),
+        objective=np.array([2.0, 0.5, 1.0, 0.0]),
+        objective_sd=np.full(n, 0.1),
+        p_feasible=np.full(n, 0.1),
+        p_staying=np.full(n, 0.2),
+        widening=1.0,
+    )
+    pick, reason, _ = configurator._decide(scored, [], epoch=0)
+    assert pick == 1 and "least late" in reason
