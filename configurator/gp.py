@@ -193,6 +193,9 @@ class GpOptConfigurator(Configurator):
         self.prior = prior or EpochModel.prior()
         self.history = history
         build = surrogates or SURROGATES[self.settings.surrogate]
+        # Refits build their surrogates the same way (the benchmark's scikit-learn GP
+        # refitted with gpytorch otherwise).
+        self._build = build
         self._surrogates: dict[str, Surrogate] = {name: build() for name in OUTPUTS}
         self._grid = self.space.grid()
         self._bounds = self.space.bounds()
@@ -595,7 +598,7 @@ class GpOptConfigurator(Configurator):
         try:
             x, residuals, masks = self._observations(history, model)
             for name in OUTPUTS:
-                surrogate = SURROGATES[self.settings.surrogate]()
+                surrogate = self._build()
                 surrogate.load_state(self._surrogates[name].state())
                 if masks[name].any():
                     surrogate.fit(x[masks[name]], residuals[name][masks[name]], optimise=True)

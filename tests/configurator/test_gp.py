@@ -410,3 +410,19 @@ def test_with_nothing_on_time_even_once_warm_equal_lateness_is_decided_by_the_ob
     )
     pick, reason, _ = configurator._decide(scored, [], epoch=0)
     assert pick == 1 and "least late" in reason
+
+
+def test_refits_build_the_surrogates_the_configurator_was_given() -> None:
+    """The benchmark's scikit-learn GP must be refitted as itself, not as gpytorch."""
+    built: list[str] = []
+
+    class Tagged(GpytorchSurrogate):
+        def __init__(self) -> None:
+            super().__init__()
+            built.append("tagged")
+
+    configurator = GpOptConfigurator(
+        DEFAULT, _context(), GpOptSettings(background=False), SPACE, surrogates=Tagged
+    )
+    _job(configurator, 3)
+    assert len(built) > 3  # three at the start, three more per refit
