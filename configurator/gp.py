@@ -551,11 +551,8 @@ class GpOptConfigurator(Configurator):
         predicted = {
             "latency": pred.log_latency,
             "cost": pred.log_cost,
-            "progress": pred.log_progress,
+            "progress": pred.log_progress + model.progress.phase_log(np.array(index), len(history)),
         }
-        predicted["progress"] = pred.log_progress + model.progress.phase_log(
-            np.array(index), len(history)
-        )
         masks = {name: np.isfinite(observed[name]) for name in OUTPUTS}
         masks["cost"] &= np.array([e[2] > 0 for e in epochs])
         residuals = {name: observed[name] - predicted[name] for name in OUTPUTS}
