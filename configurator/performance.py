@@ -397,7 +397,7 @@ def _fit_workers(
     context: JobContext,
 ) -> tuple[PerformanceModel, tuple[np.ndarray, float]]:
     """The worker's seconds (from the recent ``runs``) and the empirical slowdowns of
-    the warm runs among the ``longer`` history.
+    the warm runs among the ``longer`` history, with the records they stand for.
 
     Two candidate fits of the warm runs' median duration per kind of work (shard size,
     memory, batch size; medians, so that stragglers do not pull the fit): the prior's
