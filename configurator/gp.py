@@ -69,6 +69,25 @@ log = logging.getLogger(__name__)
 
 #: The three residuals modelled: log latency, log cost, log progress.
 OUTPUTS = ("latency", "cost", "progress")
+#: Columns of the surrogates' inputs (:meth:`Candidates.features`, then the job's
+#: size): memory, λ, κ/λ, batch size, learning rate, window.
+LEARNING_RATE = 4
+#: The columns each output's residual GP sees. The learning rate changes no second and
+#: no cent of an epoch: without it the latency and cost GPs learn from every
+#: learning rate's epochs as repeats of one config, need one lengthscale fewer, and
+#: score each kept (memory, λ, κ/λ, batch size) once instead of once per learning rate.
+INPUTS: dict[str, tuple[int, ...]] = {
+    "latency": (0, 1, 2, 3, 5),
+    "cost": (0, 1, 2, 3, 5),
+    "progress": (0, 1, 2, 3, 4, 5),
+}
+
+
+def surrogate_inputs(output: str, x: np.ndarray) -> np.ndarray:
+    """The columns of ``x`` (all six) the residual GP of ``output`` is given."""
+    return x[:, INPUTS[output]]
+
+
 #: Epochs decided before the latency interval is widened by the job's own errors, and
 #: how many recent ones it looks at.
 CALIBRATION_EPOCHS = 5
@@ -344,9 +363,17 @@ class GpOptConfigurator(Configurator):
             x = np.column_stack(
                 [self._features[rows], np.full((len(rows), 1), self._context_feature(samples))]
             )
+            # Rows that differ in their learning rate alone share a latency and a cost.
+            _, first, group = np.unique(
+                self._latency_groups[1][rows], return_index=True, return_inverse=True
+            )
             shifts = {}
             for name in OUTPUTS:
-                mean, var = self._surrogates[name].predict(x)
+                if LEARNING_RATE in INPUTS[name]:
+                    mean, var = self._surrogates[name].predict(surrogate_inputs(name, x))
+                else:
+                    mean, var = self._surrogates[name].predict(surrogate_inputs(name, x[first]))
+                    mean, var = mean[group.ravel()], var[group.ravel()]
                 shifts[name], epi[name] = mean, var
             lat, cost = lat + shifts["latency"], cost + shifts["cost"]
             steady_lat = steady_lat + shifts["latency"]
@@ -566,7 +593,9 @@ class GpOptConfigurator(Configurator):
         for name in OUTPUTS:
             mask = masks[name]
             if mask.any():
-                self._surrogates[name].fit(x[mask], residuals[name][mask], optimise=optimise)
+                self._surrogates[name].fit(
+                    surrogate_inputs(name, x[mask]), residuals[name][mask], optimise=optimise
+                )
 
     # -- refitting off the critical path --------------------------------------------------
     def _schedule_refit(self, history: Sequence[Observation], model: EpochModel) -> None:
@@ -598,7 +627,8 @@ class GpOptConfigurator(Configurator):
                 surrogate = self._build()
                 surrogate.load_state(self._surrogates[name].state())
                 if masks[name].any():
-                    surrogate.fit(x[masks[name]], residuals[name][masks[name]], optimise=True)
+                    inputs = surrogate_inputs(name, x[masks[name]])
+                    surrogate.fit(inputs, residuals[name][masks[name]], optimise=True)
                 fresh[name] = surrogate
         except Exception:  # the next decision goes on with the hyper-parameters it has
             log.exception("GP-OPT: background refit failed")

@@ -523,7 +523,7 @@ def decision_times(
     pruning, against exact gpytorch prediction without caching on the same data."""
     import torch
 
-    from configurator.gp import OUTPUTS
+    from configurator.gp import OUTPUTS, surrogate_inputs
 
     context = JobContext(100_000, 8, MODEL_ROWS, 1e6, None, observations + repeats + 1, job_id="t")
     method = gp_opt(DEFAULT, context, space, keep=candidates)
@@ -558,10 +558,11 @@ def decision_times(
         t0 = time.perf_counter()
         for name in OUTPUTS:
             surrogate = method._surrogates[name]
-            gp = surrogate.build_model(x[masks[name]], residuals[name][masks[name]])  # type: ignore[attr-defined]
+            inputs = surrogate_inputs(name, x[masks[name]])
+            gp = surrogate.build_model(inputs, residuals[name][masks[name]])  # type: ignore[attr-defined]
             gp.eval()
             with torch.no_grad():
-                posterior = gp(torch.as_tensor(features))
+                posterior = gp(torch.as_tensor(surrogate_inputs(name, features)))
                 posterior.mean.numpy(), posterior.covariance_matrix.diagonal().numpy()
         naive.append((time.perf_counter() - t0) * 1000)
     kept = method.last_decision.extra.get("scored") if method.last_decision else None

@@ -13,7 +13,14 @@ import torch
 
 from configurator import EpochConfig, History, JobContext, Observation, SearchSpace, WorkerRun
 from configurator.acquisition import log_constrained_ei, log_h
-from configurator.gp import Z95, GpOptConfigurator, GpOptSettings, _Scored, _undominated
+from configurator.gp import (
+    Z95,
+    GpOptConfigurator,
+    GpOptSettings,
+    _Scored,
+    _undominated,
+    surrogate_inputs,
+)
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
 from configurator.performance import Z90, EpochModel, latency_groups, recalibrate
 from configurator.space import Candidates
@@ -451,3 +458,39 @@ def test_a_one_worker_epochs_tail_is_raised_while_few_records_show_the_straggler
     assert q90(few, half) == pytest.approx(q90(many, half), rel=1e-9)
     scaled = prior.shard_work(Candidates.of([one]), context, context.train_samples)[0][0]
     assert q90(many, one) == pytest.approx(prior.slowdown_quantile(np.array([0.9]))[0] * scaled)
+
+
+def test_the_learning_rate_moves_no_latency_or_cost_residual_only_progress() -> None:
+    """Epochs that differ in their learning rate alone are repeats of one config to the
+    latency and cost GPs, which then score such rows alike; the progress GP tells them
+    apart."""
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    rng = np.random.default_rng(3)
+    prior = EpochModel.prior()
+    history, loss = [], 1.0
+    for t in range(8):
+        config = replace(DEFAULT, learning_rate=(0.025, 0.1)[t % 2])
+        loss *= 0.97 if t % 2 else 0.9
+        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
+    configurator._condition(history, prior, optimise=False)
+    slow, fast = replace(DEFAULT, learning_rate=0.025), replace(DEFAULT, learning_rate=0.1)
+    x = np.column_stack([Candidates.of([slow, fast]).features(SPACE.bounds()), np.zeros((2, 1))])
+    for name in ("latency", "cost"):
+        assert len(configurator._surrogates[name]._x) == 1  # one config, eight epochs
+        mean, var = configurator._surrogates[name].predict(surrogate_inputs(name, x))
+        assert mean[0] == mean[1] and var[0] == var[1]
+    mean, _ = configurator._surrogates["progress"].predict(surrogate_inputs("progress", x))
+    assert mean[0] != pytest.approx(mean[1], abs=1e-6)
+    # Scoring answers each (memory, λ, κ/λ, batch size) once for all its learning rates.
+    rows = np.arange(len(configurator._grid))
+    context = configurator.context
+    assert context is not None
+    now = prior.predict(configurator._grid, context, previous=history[-1].config)
+    steady = prior.predict(configurator._grid, context, previous=configurator._grid)
+    scored = configurator._score(
+        rows, now, steady, history, context.train_samples, 8, 6.0, math.inf
+    )
+    groups = configurator._latency_groups[1]
+    for group in np.unique(groups)[:20]:
+        same = np.flatnonzero(groups == group)
+        assert np.ptp(scored.lat[same]) == 0 and np.ptp(scored.cost[same]) == 0
