@@ -494,3 +494,22 @@ def test_the_learning_rate_moves_no_latency_or_cost_residual_only_progress() -> 
     for group in np.unique(groups)[:20]:
         same = np.flatnonzero(groups == group)
         assert np.ptp(scored.lat[same]) == 0 and np.ptp(scored.cost[same]) == 0
+
+
+def test_the_priors_progress_knee_is_the_losses_not_the_windows() -> None:
+    """A worker with the same shard, batch size and learning rate progresses alike
+    whatever the window; past the knee, halving the batch no longer doubles it."""
+    prior = EpochModel.prior()
+
+    def batch_256_over_512(window: int) -> float:
+        context = JobContext(window, 8, 10_000, 60.0, None, 10)
+        workers = window // 4000  # a shard of 4,000 ratings
+        configs = [
+            EpochConfig(batch_size=b, learning_rate=0.2, workers=workers, sync_ratio=1.0)
+            for b in (256, 512)
+        ]
+        predicted = prior.predict(Candidates.of(configs), context)
+        return float(np.exp(predicted.log_progress[0] - predicted.log_progress[1]))
+
+    assert batch_256_over_512(1_000_000) == pytest.approx(batch_256_over_512(100_000))
+    assert batch_256_over_512(1_000_000) < 1.5
