@@ -576,16 +576,17 @@ def _fit_progress(
     if not progress:
         return model.progress
     samples_at = np.array([history[t].samples or context.train_samples for t, _ in progress])
-    cands = Candidates.of([history[t].config for t, _ in progress])
+    configs = [history[t].config for t, _ in progress]
+    cands = Candidates.of(configs)
+    same = _same_config(configs, samples_at)
     observed = np.log([p for _, p in progress])
     epochs = np.array([t for t, _ in progress], dtype=np.float64) - len(history)
-    prior_tau = PRIOR_KNEE
-    taus = [prior_tau * f for f in _TAU_FACTORS] if len(progress) >= 3 else [prior_tau]
+    taus = [PRIOR_KNEE * f for f in _TAU_FACTORS] if len(progress) >= 3 else [PRIOR_KNEE]
     best: tuple[float, float, float, float] | None = None
     for tau in taus:
         shape = model.progress.shape(cands, samples_at, tau)
         logs = observed - np.log(np.maximum(shape, 1e-12))
-        level, slope = _phase_line(epochs, logs, math.log(model.progress.decay))
+        level, slope = _phase_line(epochs, logs, same, math.log(model.progress.decay))
         sse = float(np.sum((logs - level - slope * epochs) ** 2))
         if best is None or sse < best[0]:
             best = (sse, level, tau, slope)
@@ -594,12 +595,41 @@ def _fit_progress(
     return replace(model.progress, level=math.exp(level), tau=tau, decay=math.exp(slope))
 
 
-def _phase_line(epochs: np.ndarray, logs: np.ndarray, slope: float) -> tuple[float, float]:
+def _same_config(configs: list[EpochConfig], samples: np.ndarray) -> np.ndarray:
+    """A label per epoch, equal for epochs of the same config on the same window."""
+    labels: dict[tuple[EpochConfig, float], int] = {}
+    return np.array(
+        [
+            labels.setdefault((c, float(n)), len(labels))
+            for c, n in zip(configs, samples, strict=True)
+        ]
+    )
+
+
+def _phase_line(
+    epochs: np.ndarray, logs: np.ndarray, config: np.ndarray, slope: float
+) -> tuple[float, float]:
     """``(log level at epoch 0, log decay)`` of ``logs`` against ``epochs`` (relative to
-    the next epoch): least squares once ``DECAY_EPOCHS`` epochs span as many, the slope
-    kept between no decay and ``MIN_DECAY``; ``slope`` as given before."""
-    if len(epochs) >= DECAY_EPOCHS and np.ptp(epochs) >= DECAY_EPOCHS - 1:
-        fitted = float(np.polyfit(epochs, logs, 1)[0])
+    the next epoch).
+
+    The decay is read only from epochs that ran the same ``config`` (a within-config
+    least squares slope), once ``DECAY_EPOCHS`` such epochs span as many, kept between
+    no decay and ``MIN_DECAY``; ``slope`` as given before. Across configs the prior's
+    error and the phase cannot be told apart: a switch to a config the prior overrates
+    (κ/λ ½ where it progresses half as much) read as a steep phase, its residual
+    vanished, and the job stayed on it.
+    """
+    centred_epochs, centred_logs = np.zeros(len(epochs)), np.zeros(len(epochs))
+    repeated = np.zeros(len(epochs), dtype=bool)
+    for label in np.unique(config):
+        rows = config == label
+        if rows.sum() >= 2:
+            repeated |= rows
+            centred_epochs[rows] = epochs[rows] - epochs[rows].mean()
+            centred_logs[rows] = logs[rows] - logs[rows].mean()
+    spread = float(np.sum(centred_epochs**2))
+    if repeated.sum() >= DECAY_EPOCHS and np.ptp(epochs[repeated]) >= DECAY_EPOCHS - 1 and spread:
+        fitted = float(np.sum(centred_epochs * centred_logs)) / spread
         slope = min(0.0, max(math.log(MIN_DECAY), fitted))
     return float(np.mean(logs - slope * epochs)), slope
 

@@ -513,3 +513,28 @@ def test_the_priors_progress_knee_is_the_losses_not_the_windows() -> None:
 
     assert batch_256_over_512(1_000_000) == pytest.approx(batch_256_over_512(100_000))
     assert batch_256_over_512(1_000_000) < 1.5
+
+
+def test_a_drop_at_a_switch_of_config_is_the_configs_not_the_phase() -> None:
+    """Progress falls to 40 % when the job moves to a config the prior deems nearly as
+    good (κ/λ ½), with no phase at all: the decay stays near none and the new config's
+    residual shows the loss, where a slope across the switch read it as the phase and
+    forgave the config."""
+    context = _context(epochs=20)
+    prior = EpochModel.prior()
+    good, overrated = DEFAULT, replace(DEFAULT, sync_ratio=0.5)
+    shape = prior.progress.shape(Candidates.of([good, overrated]), context.train_samples, 1.0)
+    rng = np.random.default_rng(7)
+    history, loss = [], 1.0
+    for t in range(12):
+        config = good if t < 6 else overrated
+        worth = 1.0 if t < 6 else 0.4 * shape[1] / shape[0]
+        loss *= 1.0 - 0.1 * worth * math.exp(0.02 * rng.standard_normal())
+        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
+    fitted = recalibrate(prior, history, context)
+    assert fitted.progress.decay > 0.95
+    configurator = GpOptConfigurator(DEFAULT, context, GpOptSettings(background=False), SPACE)
+    _, residuals, masks = configurator._observations(history, fitted)
+    progress = residuals["progress"][masks["progress"]]
+    before, after = progress[:5], progress[5:]
+    assert float(np.mean(before) - np.mean(after)) == pytest.approx(math.log(2.5), abs=0.1)
