@@ -39,6 +39,7 @@ analytics", NSDI 2016 (how far an analytic scaling model goes).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -88,14 +89,18 @@ class ProgressCurve:
     """Relative loss progress of an epoch: ``level · (1 - exp(-η·steps/tau)) · fresh``.
 
     ``steps`` is the SGD steps one worker takes (``⌈⌈n/λ⌉/b⌉``) and ``fresh`` is
-    ``κ/λ + (1 - κ/λ)/2``. ``level`` is the next epoch's; ``decay`` is the job's phase,
-    by how much each epoch progresses less than the one before (progress shrinks as the
-    loss nears its floor); ``tau`` is where the steps stop paying.
+    ``κ/λ + (1 - κ/λ)·late_credit``. ``level`` is the next epoch's; ``decay`` is the
+    job's phase, by how much each epoch progresses less than the one before (progress
+    shrinks as the loss nears its floor); ``tau`` is where the steps stop paying;
+    ``late_credit`` is what a straggler's update is worth against a fresh one: the
+    coordinator damps it to ½ (one epoch stale), but it was computed against a model
+    that has moved since, and what that leaves is the job's to show.
     """
 
     level: float = 0.02
     tau: float | None = None
     decay: float = 1.0
+    late_credit: float = 0.5
 
     def phase_log(self, epochs: np.ndarray, now: int) -> np.ndarray:
         """Log of how much more epoch ``epochs`` progressed than epoch ``now`` will, the
@@ -105,7 +110,8 @@ class ProgressCurve:
     def shape(self, cands: Candidates, samples: int | np.ndarray, tau: float) -> np.ndarray:
         steps = np.ceil(np.ceil(samples / cands.workers) / cands.batch_size)
         fresh = cands.kappa / cands.workers
-        return (1.0 - np.exp(-cands.learning_rate * steps / tau)) * (fresh + (1 - fresh) / 2)
+        worth = fresh + (1 - fresh) * self.late_credit
+        return (1.0 - np.exp(-cands.learning_rate * steps / tau)) * worth
 
 
 @dataclass(frozen=True)
@@ -552,6 +558,9 @@ def _fit_coordinator(
 
 #: Candidate knees of the progress curve, relative to the prior's.
 _TAU_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
+#: Candidate worths of a straggler's update, the prior's (the coordinator's damping)
+#: first so that it stays where the epochs cannot tell them apart.
+_LATE_CREDITS = (0.5, 0.0, 0.25, 0.75, 1.0)
 #: Recent epochs the progress curve is fitted to (a window that jumped changes its
 #: level), epochs needed before the phase's decay is fitted, and the steepest decay
 #: believed.
@@ -582,17 +591,19 @@ def _fit_progress(
     observed = np.log([p for _, p in progress])
     epochs = np.array([t for t, _ in progress], dtype=np.float64) - len(history)
     taus = [PRIOR_KNEE * f for f in _TAU_FACTORS] if len(progress) >= 3 else [PRIOR_KNEE]
-    best: tuple[float, float, float, float] | None = None
-    for tau in taus:
-        shape = model.progress.shape(cands, samples_at, tau)
-        logs = observed - np.log(np.maximum(shape, 1e-12))
+    credits = [model.progress.late_credit]
+    if len(np.unique(np.round(cands.kappa / cands.workers, 6))) >= 2:
+        credits = list(_LATE_CREDITS)  # only epochs of two κ/λ can tell
+    best: tuple[float, float, ProgressCurve] | None = None
+    for tau, credit in itertools.product(taus, credits):
+        curve = replace(model.progress, tau=tau, late_credit=credit)
+        logs = observed - np.log(np.maximum(curve.shape(cands, samples_at, tau), 1e-12))
         level, slope = _phase_line(epochs, logs, same, math.log(model.progress.decay))
         sse = float(np.sum((logs - level - slope * epochs) ** 2))
-        if best is None or sse < best[0]:
-            best = (sse, level, tau, slope)
+        if best is None or sse < best[0] - 1e-12:
+            best = (sse, level, replace(curve, level=math.exp(level), decay=math.exp(slope)))
     assert best is not None
-    _, level, tau, slope = best
-    return replace(model.progress, level=math.exp(level), tau=tau, decay=math.exp(slope))
+    return best[2]
 
 
 def _same_config(configs: list[EpochConfig], samples: np.ndarray) -> np.ndarray:

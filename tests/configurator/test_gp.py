@@ -516,19 +516,18 @@ def test_the_priors_progress_knee_is_the_losses_not_the_windows() -> None:
 
 
 def test_a_drop_at_a_switch_of_config_is_the_configs_not_the_phase() -> None:
-    """Progress falls to 40 % when the job moves to a config the prior deems nearly as
-    good (κ/λ ½), with no phase at all: the decay stays near none and the new config's
-    residual shows the loss, where a slope across the switch read it as the phase and
-    forgave the config."""
+    """Progress falls to 40 % when the job moves to a config the prior deems as good
+    (here another memory size, which nothing fitted can blame), with no phase at all:
+    the decay stays near none and the new config's residual shows the loss, where a
+    slope across the switch read it as the phase and forgave the config."""
     context = _context(epochs=20)
     prior = EpochModel.prior()
-    good, overrated = DEFAULT, replace(DEFAULT, sync_ratio=0.5)
-    shape = prior.progress.shape(Candidates.of([good, overrated]), context.train_samples, 1.0)
+    good, overrated = DEFAULT, replace(DEFAULT, memory_mb=1769)
     rng = np.random.default_rng(7)
     history, loss = [], 1.0
     for t in range(12):
         config = good if t < 6 else overrated
-        worth = 1.0 if t < 6 else 0.4 * shape[1] / shape[0]
+        worth = 1.0 if t < 6 else 0.4
         loss *= 1.0 - 0.1 * worth * math.exp(0.02 * rng.standard_normal())
         history.append(replace(_observe(prior, config, loss, rng), loss=loss))
     fitted = recalibrate(prior, history, context)
@@ -538,3 +537,29 @@ def test_a_drop_at_a_switch_of_config_is_the_configs_not_the_phase() -> None:
     progress = residuals["progress"][masks["progress"]]
     before, after = progress[:5], progress[5:]
     assert float(np.mean(before) - np.mean(after)) == pytest.approx(math.log(2.5), abs=0.1)
+
+
+def test_what_a_late_update_is_worth_is_learnt_and_carries_to_other_worker_counts() -> None:
+    """A job that saw κ/λ ½ progress half as much as ¾ at 4 workers expects ½ to lose
+    as much at 16: the stragglers' worth is fitted, not left to the residual GP, whose
+    lengthscale in λ kept a lesson at 4 workers from reaching 8."""
+    context = _context(epochs=20)
+    prior = EpochModel.prior()
+    full, half = DEFAULT, replace(DEFAULT, sync_ratio=0.5)  # κ 3 and 2 of 4
+    rng = np.random.default_rng(11)
+    history, loss = [], 1.0
+    for t in range(10):
+        config = full if t < 5 else half
+        loss *= 1.0 - 0.1 * (1.0 if t < 5 else 0.5) * math.exp(0.02 * rng.standard_normal())
+        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
+    fitted = recalibrate(prior, history, context)
+    assert fitted.progress.late_credit < prior.progress.late_credit
+
+    def half_over_full(model: EpochModel, workers: int) -> float:
+        configs = [replace(c, workers=workers) for c in (full, half)]
+        predicted = model.predict(Candidates.of(configs), context)
+        return float(np.exp(predicted.log_progress[1] - predicted.log_progress[0]))
+
+    assert half_over_full(fitted, 16) < half_over_full(prior, 16) - 0.1
+    # Epochs of one κ/λ alone cannot tell: the prior's worth stays.
+    assert recalibrate(prior, history[:5], context).progress.late_credit == 0.5
