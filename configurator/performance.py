@@ -556,11 +556,8 @@ def _fit_coordinator(
     return best
 
 
-#: Candidate knees of the progress curve, relative to the prior's: the prior's first, so
-#: that it stays where the epochs cannot tell them apart (a job that ran one config
-#: fits every knee alike; the smallest, which came first, made every batch size look
-#: as good as the next and sent the job to the largest, cheapest and slowest).
-_TAU_FACTORS = (1.0, 0.125, 0.25, 0.5, 2.0, 4.0, 8.0, 16.0)
+#: Candidate knees of the progress curve, relative to the prior's.
+_TAU_FACTORS = (0.125, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0)
 #: Candidate worths of a straggler's update, the prior's (the coordinator's damping)
 #: first so that it stays where the epochs cannot tell them apart.
 _LATE_CREDITS = (0.5, 0.0, 0.25, 0.75, 1.0)

@@ -22,7 +22,7 @@ from configurator.gp import (
     surrogate_inputs,
 )
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
-from configurator.performance import PRIOR_KNEE, Z90, EpochModel, latency_groups, recalibrate
+from configurator.performance import Z90, EpochModel, latency_groups, recalibrate
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
 from functions.objectstore import FileObjectStore
@@ -563,17 +563,3 @@ def test_what_a_late_update_is_worth_is_learnt_and_carries_to_other_worker_count
     assert half_over_full(fitted, 16) < half_over_full(prior, 16) - 0.1
     # Epochs of one κ/λ alone cannot tell: the prior's worth stays.
     assert recalibrate(prior, history[:5], context).progress.late_credit == 0.5
-
-
-def test_a_job_of_one_config_keeps_the_priors_knee() -> None:
-    """Every knee explains the epochs of one config alike; the fit keeps the prior's
-    instead of the first it tried (the smallest, under which every batch size
-    progressed alike and the cheapest, largest one won)."""
-    context = _context(epochs=20)
-    prior = EpochModel.prior()
-    rng = np.random.default_rng(0)
-    history, loss = [], 1.0
-    for t in range(8):
-        loss *= 1.0 - 0.1 * 0.9**t * math.exp(0.05 * rng.standard_normal())
-        history.append(replace(_observe(prior, DEFAULT, loss, rng), loss=loss))
-    assert recalibrate(prior, history, context).progress.tau == PRIOR_KNEE
