@@ -84,6 +84,17 @@ MIXTURE_BISECTIONS = 10
 SLOWDOWN_EPOCHS = 32
 
 
+#: The prior's knee of an epoch's progress in learning rate × steps per worker. Where
+#: SGD's progress stops paying is set by the loss's curvature, not by the window: on
+#: MovieLens's biased MF (the real worker updates of ``benchmarks/gpopt/progress``),
+#: a worker with 4,500 ratings gains most at ``lr·steps`` between 1 and 2, and one
+#: with 300 still gains in proportion at 0.2. The knee used to be the one that put
+#: the job's default (4 workers, batch 1,024, rate 0.05) at it: twelve times this on
+#: a 1M-rating window, where batch 256 then looked twice as good as batch 512 and
+#: jobs stayed on it while it progressed little more than half as much.
+PRIOR_KNEE = 1.0
+
+
 @dataclass(frozen=True)
 class ProgressCurve:
     """Relative loss progress of an epoch: ``level · (1 - exp(-η·steps/tau)) · fresh``.
@@ -98,7 +109,7 @@ class ProgressCurve:
     """
 
     level: float = 0.02
-    tau: float | None = None
+    tau: float = PRIOR_KNEE
     decay: float = 1.0
     late_credit: float = 0.5
 
@@ -107,11 +118,11 @@ class ProgressCurve:
         config aside: what an observation's residual must not count as the config's."""
         return (now - np.asarray(epochs, dtype=np.float64)) * -math.log(self.decay)
 
-    def shape(self, cands: Candidates, samples: int | np.ndarray, tau: float) -> np.ndarray:
+    def shape(self, cands: Candidates, samples: int | np.ndarray) -> np.ndarray:
         steps = np.ceil(np.ceil(samples / cands.workers) / cands.batch_size)
         fresh = cands.kappa / cands.workers
         worth = fresh + (1 - fresh) * self.late_credit
-        return (1.0 - np.exp(-cands.learning_rate * steps / tau)) * worth
+        return (1.0 - np.exp(-cands.learning_rate * steps / self.tau)) * worth
 
 
 @dataclass(frozen=True)
@@ -273,8 +284,7 @@ class EpochModel:
         per_worker = billed_s * cands.memory_mb / 1024.0 * prices.gb_second_usd
         cost = lam * (per_worker + prices.request_usd)
         cost_sd = sd_s / max(mean_s, 1e-9) / np.sqrt(lam)
-        tau = self.progress.tau or PRIOR_KNEE
-        progress = self.progress.level * self.progress.shape(cands, samples, tau)
+        progress = self.progress.level * self.progress.shape(cands, samples)
         tail = self.slowdown_quantile(np.full(1, 0.99))[0] * scaled + cold_s
         return Prediction(
             log_lat,
@@ -343,17 +353,6 @@ def _cold_workers(cands: Candidates, previous: EpochConfig | Candidates | None) 
     warm = np.where(previous.sync_ratio >= 1, previous.workers, previous.kappa)
     same_memory = cands.memory_mb == previous.memory_mb
     return np.where(same_memory, np.maximum(cands.workers - warm, 0.0), cands.workers)
-
-
-#: The prior's knee of an epoch's progress in learning rate × steps per worker. Where
-#: SGD's progress stops paying is set by the loss's curvature, not by the window: on
-#: MovieLens's biased MF (the real worker updates of ``benchmarks/gpopt/progress``),
-#: a worker with 4,500 ratings gains most at ``lr·steps`` between 1 and 2, and one
-#: with 300 still gains in proportion at 0.2. The knee used to be the one that put
-#: the job's default (4 workers, batch 1,024, rate 0.05) at it: twelve times this on
-#: a 1M-rating window, where batch 256 then looked twice as good as batch 512 and
-#: jobs stayed on it while it progressed little more than half as much.
-PRIOR_KNEE = 1.0
 
 
 # -- recalibration --------------------------------------------------------------------------
@@ -594,16 +593,16 @@ def _fit_progress(
     credits = [model.progress.late_credit]
     if len(np.unique(np.round(cands.kappa / cands.workers, 6))) >= 2:
         credits = list(_LATE_CREDITS)  # only epochs of two κ/λ can tell
-    best: tuple[float, float, ProgressCurve] | None = None
+    best: tuple[float, ProgressCurve] | None = None
     for tau, credit in itertools.product(taus, credits):
         curve = replace(model.progress, tau=tau, late_credit=credit)
-        logs = observed - np.log(np.maximum(curve.shape(cands, samples_at, tau), 1e-12))
+        logs = observed - np.log(np.maximum(curve.shape(cands, samples_at), 1e-12))
         level, slope = _phase_line(epochs, logs, same, math.log(model.progress.decay))
         sse = float(np.sum((logs - level - slope * epochs) ** 2))
         if best is None or sse < best[0] - 1e-12:
-            best = (sse, level, replace(curve, level=math.exp(level), decay=math.exp(slope)))
+            best = (sse, replace(curve, level=math.exp(level), decay=math.exp(slope)))
     assert best is not None
-    return best[2]
+    return best[1]
 
 
 def _same_config(configs: list[EpochConfig], samples: np.ndarray) -> np.ndarray:

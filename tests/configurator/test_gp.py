@@ -160,7 +160,7 @@ def test_the_jobs_phase_is_not_credited_to_the_configs_run_early() -> None:
     early, late = DEFAULT, replace(DEFAULT, learning_rate=0.1)
     rng = np.random.default_rng(5)
     history, loss = [], 1.0
-    shape = prior.progress.shape(Candidates.of([early, late]), context.train_samples, 1.0)
+    shape = prior.progress.shape(Candidates.of([early, late]), context.train_samples)
     for t in range(12):
         config = early if t < 6 else late
         loss *= 1.0 - 0.1 * 0.85**t * shape[0 if t < 6 else 1] / shape[0]
