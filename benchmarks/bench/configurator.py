@@ -8,7 +8,10 @@ observations and hyper-parameters in the store), and one job whose window jumps 
 noise drawn from a generator seeded by scenario, seed and epoch, so methods meet the
 same luck). The deadline share of an epoch is ``LATENCY_CAP_SECONDS / max_epochs``:
 tight is the 10th and loose the 50th percentile of the candidates' true 90th-percentile
-epoch latency, so a tenth or half of the space is feasible.
+epoch latency, so a tenth or half of the space is feasible. An epoch's progress shrinks
+with the loss the job has already shed (:meth:`ProgressTable.phase`), not with the
+epochs it has run: a job that explored early is behind, as a real one is, and catches
+up as it nears the same floor.
 
 Reported, medians over seeds and scenarios (spreads as 25th-75th percentiles):
 
@@ -171,7 +174,9 @@ class Job:
         self._best = {}
         for which in {self.truth_at(0), self.truth_at(epochs - 1)}:
             row = self.oracle.best_row(0 if which is self.truth else epochs - 1)
-            self._best[id(which)] = float(which.objective(self.grid.take(np.array([row])), 0)[0])
+            self._best[id(which)] = float(which.objective(self.grid.take(np.array([row])))[0])
+        first = self.grid.take(np.array([self.oracle.best_row(0)]))
+        self.reach = progress.reach(float(self.truth.mean_progress(first)[0]))
 
     def shortened(self, epochs: int, job_id: str) -> Job:
         """The same job (truth, deadline share, oracle) run for fewer epochs: a previous
@@ -190,7 +195,7 @@ class Job:
 
     def regret(self, config: EpochConfig, epoch: int) -> float:
         truth = self.truth_at(epoch)
-        value = float(truth.objective(Candidates.of([config]), 0)[0])
+        value = float(truth.objective(Candidates.of([config]))[0])
         return max(0.0, value / self._best[id(truth)] - 1.0)
 
     def deadline_for(self, history: list[Observation]) -> float:
@@ -200,15 +205,17 @@ class Job:
     def run(self, method: Configurator, seed: int) -> Run:
         history: list[Observation] = []
         out = Run([], [], [], [], [], [])
-        loss = 1.0
+        loss, fallen = 1.0, 0.0
         for t in range(self.epochs):
             deadline = self.deadline_for(history)
             config = method.propose(t, history)
             decision = getattr(method, "last_decision", None)
             truth = self.truth_at(t)
             rng = np.random.default_rng([seed, t, noise_key(self.scenario)])
-            outcome = truth.run(config, history[-1].config if history else None, t, rng)
+            phase = truth.progress.phase(fallen, self.reach)
+            outcome = truth.run(config, history[-1].config if history else None, phase, rng)
             loss *= 1.0 - outcome.progress
+            fallen += outcome.progress
             samples = truth.context.train_samples
             history.append(
                 Observation(

@@ -193,7 +193,7 @@ class OracleConfigurator(Configurator):
         key = (id(truth), deadline)
         if key not in self._best:
             q90 = truth.quantile_latency(self._grid, 0.9)
-            objective = truth.objective(self._grid, epoch)
+            objective = truth.objective(self._grid)
             feasible = q90 <= deadline
             best = np.argmin(np.where(feasible, objective, np.inf)) if feasible.any() else None
             self._best[key] = int(np.argmin(q90) if best is None else best)

@@ -9,7 +9,8 @@ slowdowns exactly as the sim runtime does, takes the κ-th fastest of the λ dur
 are those no warm container was left for.
 
 Loss progress comes from real worker updates on MovieLens (:mod:`benchmarks.gpopt.progress`),
-replayed with the epoch-to-epoch noise measured there.
+replayed with the epoch-to-epoch noise measured there, scaled by the job's phase (how
+near its loss already is to the floor; the caller keeps it).
 """
 
 from __future__ import annotations
@@ -139,13 +140,16 @@ class Truth:
         gb_s = seconds * cands.memory_mb / 1024.0
         return gb_s * self.prices.gb_second_usd + cands.workers * self.prices.request_usd
 
-    def mean_progress(self, cands: Candidates, epoch: int) -> np.ndarray:
+    def mean_progress(self, cands: Candidates, phase: float = 1.0) -> np.ndarray:
+        """Expected progress of each candidate at the job's ``phase``
+        (:meth:`ProgressTable.phase`)."""
         _, n = self._scaled(cands)
-        return self.progress.lookup(cands, n) * self.progress.phase(epoch)
+        return self.progress.lookup(cands, n) * phase
 
-    def objective(self, cands: Candidates, epoch: int) -> np.ndarray:
-        """Cost per unit of progress (what is minimised); inf where progress is none."""
-        progress = self.mean_progress(cands, epoch)
+    def objective(self, cands: Candidates) -> np.ndarray:
+        """Cost per unit of progress (what is minimised); inf where progress is none.
+        The phase scales every candidate's progress alike, so it is left out."""
+        progress = self.mean_progress(cands)
         return np.where(progress > 0, self.mean_cost(cands) / np.maximum(progress, 1e-300), np.inf)
 
     # -- a replayed epoch ----------------------------------------------------------------
@@ -153,7 +157,7 @@ class Truth:
         self,
         config: EpochConfig,
         previous: EpochConfig | None,
-        epoch: int,
+        phase: float,
         rng: np.random.Generator,
     ) -> EpochOutcome:
         cands = Candidates.of([config])
@@ -176,7 +180,7 @@ class Truth:
             np.sum(billed * config.memory_mb / 1024.0) * self.prices.gb_second_usd
             + lam * self.prices.request_usd
         )
-        mean = float(self.mean_progress(cands, epoch)[0])
+        mean = float(self.mean_progress(cands, phase)[0])
         progress = mean * float(np.exp(self.progress.noise_sd * rng.standard_normal()))
         runs = tuple(
             WorkerRun(config.memory_mb, int(n[0]), float(d), bool(c), config.batch_size)

@@ -10,10 +10,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from benchmarks.bench.configurator import METHODS, run_configurator, scenarios
-from benchmarks.gpopt.progress import measure_progress
+from benchmarks.gpopt.progress import ProgressTable, measure_progress
 from configurator.space import SearchSpace
 
 SPACE = SearchSpace(
@@ -78,6 +79,29 @@ def test_decision_times_are_measured_next_to_the_naive_prediction() -> None:
     assert 0.0 < times["decision_ms_p50"] <= times["decision_ms_p99"]
     assert times["naive_decision_ms_p99"] > 0.0
     assert times["decision_observations"] == 20
+
+
+def test_the_truths_phase_follows_the_loss_fallen_not_the_epochs_run() -> None:
+    """A job repeating one config meets the measured decay; a job that explored with a
+    config progressing half as much has more gap left, progresses more when it comes
+    back, and converges to the same floor instead of trailing for good."""
+    table = ProgressTable(
+        np.array([1_000.0]), (1024,), (0.05,), (1.0,), np.full((1, 1, 1, 1), 0.1), 0.9, 0.0
+    )
+    reach = table.reach(0.1)
+    fast = 0.0
+    for epoch in range(40):
+        assert table.phase(fast, reach) == pytest.approx(0.9**epoch)
+        fast += 0.1 * table.phase(fast, reach)
+    slow = 0.0
+    for epoch in range(40):
+        slow += (0.05 if epoch < 5 else 0.1) * table.phase(slow, reach)
+        if epoch == 4:
+            assert table.phase(slow, reach) > 0.9**5
+    assert slow == pytest.approx(fast, rel=0.02)
+    assert table.phase(reach * 2, reach) == 0.0
+    flat = ProgressTable(table.shards, (1024,), (0.05,), (1.0,), table.values, 1.0, 0.0)
+    assert flat.reach(0.1) == float("inf")
 
 
 def test_an_epochs_noise_is_the_same_in_every_process() -> None:
