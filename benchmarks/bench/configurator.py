@@ -25,6 +25,11 @@ Reported, medians over seeds and scenarios (spreads as 25th-75th percentiles):
   gets there is charged all its epochs and counted in ``target_missed``), and its ratio
   to the oracle's; ``deadline_met.<method>``: the share of jobs that got there within
   ``LATENCY_CAP_SECONDS``;
+* ``cost_vs_static.<method>``: the same cost over the static default's on the same job
+  (which seldom gets there: it is charged all its epochs); ``cost_vs_static_same_loss``:
+  what the method spends until its loss reaches the static default's final one, over
+  what the static default spent for it (None when most jobs never get there), and
+  ``gp_saving_vs_static``/``_same_loss``: GP-OPT's saving, one minus those ratios;
 * ``epochs_to_10pct`` and ``epochs_to_5pct``: the first epoch from which the regret
   stays at or below 10 % / 5 %;
 * ``latency_error_median`` and ``interval_coverage``: GP-OPT's latency prediction error
@@ -333,10 +338,7 @@ def _run(
     started = time.perf_counter()
     progress = progress or measure_progress(space)
     runs: dict[str, list[tuple[Scenario, Run]]] = {m: [] for m in methods}
-    targets_missed: dict[str, int] = dict.fromkeys(methods, 0)
-    job_costs: dict[str, list[float]] = {m: [] for m in methods}
-    cost_ratio: dict[str, list[float]] = {m: [] for m in methods}
-    met: dict[str, list[bool]] = {m: [] for m in methods}
+    ledger = _Ledger(methods, min(target_epochs, epochs))
     tasks = [
         _Task(scenario, chunk, epochs, methods, space, progress)
         for scenario in scenarios(sizes)
@@ -347,17 +349,7 @@ def _run(
             for name, run in done.items():
                 if name in runs:
                     runs[name].append((task.scenario, run))
-            oracle = done["oracle"]
-            target = oracle.losses[min(target_epochs, epochs) - 1]
-            oracle_cost, _, _ = _cost_to_target(oracle, target)
-            for name, run in done.items():
-                if name not in methods:
-                    continue
-                cost, latency, reached = _cost_to_target(run, target)
-                targets_missed[name] += not reached
-                job_costs[name].append(cost)
-                cost_ratio[name].append(cost / oracle_cost)
-                met[name].append(reached and latency <= cap)
+            ledger.add(done, cap)
         log.info(
             "%s seeds %s done after %.0f s",
             task.scenario.name,
@@ -365,13 +357,9 @@ def _run(
             time.perf_counter() - started,
         )
     figures = _report(runs, methods, epochs)
+    figures.update(ledger.figures())
     figures.update(
         {
-            "job_cost_usd": {m: _median(v) for m, v in job_costs.items()},
-            "cost_vs_oracle": {m: _median(v) for m, v in cost_ratio.items()},
-            "cost_vs_oracle_spread": {m: _spread(v) for m, v in cost_ratio.items()},
-            "deadline_met": {m: float(np.mean(v)) if v else None for m, v in met.items()},
-            "target_missed": targets_missed,
             "candidates": len(space),
             "seeds": seeds,
             "epochs": epochs,
@@ -380,11 +368,6 @@ def _run(
             "progress_noise_sd": progress.noise_sd,
         }
     )
-    static_cost, gp_cost = job_costs.get("static"), job_costs.get("gp")
-    if static_cost and gp_cost:
-        figures["gp_saving_vs_static"] = 1.0 - _median(
-            [g / s for g, s in zip(gp_cost, static_cost, strict=False)]
-        )
     if "gp" in methods:
         figures.update(_prediction_quality(runs["gp"]))
     if decision_timing:
@@ -393,6 +376,66 @@ def _run(
         figures["regret_plot"] = str(_plot(figures, methods, epochs, plot))
     figures["bench_seconds"] = time.perf_counter() - started
     return figures
+
+
+class _Ledger:
+    """What each method's jobs cost, paired job by job with the oracle's and the static
+    default's on the same scenario and seed (warm scenarios run no static default)."""
+
+    def __init__(self, methods: tuple[str, ...], target_epoch: int) -> None:
+        self.methods = methods
+        self.target_epoch = target_epoch
+        self.missed: dict[str, int] = dict.fromkeys(methods, 0)
+        self.costs: dict[str, list[float]] = {m: [] for m in methods}
+        self.vs_oracle: dict[str, list[float]] = {m: [] for m in methods}
+        self.met: dict[str, list[bool]] = {m: [] for m in methods}
+        self.vs_static: dict[str, list[float]] = {m: [] for m in methods}
+        self.same_loss: dict[str, list[float]] = {m: [] for m in methods}
+
+    def add(self, done: dict[str, Run], cap: float) -> None:
+        oracle = done["oracle"]
+        target = oracle.losses[self.target_epoch - 1]
+        oracle_cost, _, _ = _cost_to_target(oracle, target)
+        static = done.get("static")
+        for name, run in done.items():
+            if name not in self.methods:
+                continue
+            cost, latency, reached = _cost_to_target(run, target)
+            self.missed[name] += not reached
+            self.costs[name].append(cost)
+            self.vs_oracle[name].append(cost / oracle_cost)
+            self.met[name].append(reached and latency <= cap)
+            if static is not None:
+                static_cost, _, _ = _cost_to_target(static, target)
+                self.vs_static[name].append(cost / static_cost)
+                matched, _, matched_ok = _cost_to_target(run, static.losses[-1])
+                self.same_loss[name].append(matched / sum(static.costs) if matched_ok else math.inf)
+
+    def figures(self) -> dict[str, Any]:
+        return {
+            "job_cost_usd": {m: _median(v) for m, v in self.costs.items()},
+            "cost_vs_oracle": {m: _median(v) for m, v in self.vs_oracle.items()},
+            "cost_vs_oracle_spread": {m: _spread(v) for m, v in self.vs_oracle.items()},
+            "deadline_met": {m: float(np.mean(v)) if v else None for m, v in self.met.items()},
+            "target_missed": self.missed,
+            "cost_vs_static": {m: _median(v) for m, v in self.vs_static.items()},
+            "cost_vs_static_same_loss": {m: _median_of_all(v) for m, v in self.same_loss.items()},
+            "gp_saving_vs_static": _saving(self.vs_static.get("gp")),
+            "gp_saving_vs_static_same_loss": _saving(self.same_loss.get("gp")),
+        }
+
+
+def _saving(ratios: list[float] | None) -> float | None:
+    median = _median_of_all(ratios or [])
+    return None if median is None else 1.0 - median
+
+
+def _median_of_all(values: list[float]) -> float | None:
+    """The median counting every value, a job that never got there (inf) included."""
+    if not values:
+        return None
+    value = float(np.median(values))
+    return value if math.isfinite(value) else None
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.bench.configurator import METHODS, run_configurator, scenarios
+from benchmarks.bench.configurator import METHODS, Run, _Ledger, run_configurator, scenarios
 from benchmarks.gpopt.progress import ProgressTable, measure_progress
 from configurator.space import SearchSpace
 
@@ -61,6 +61,8 @@ def test_every_method_reports_regret_violations_and_cost(figures: dict) -> None:
 def test_the_oracle_has_no_regret_and_the_static_default_never_moves(figures: dict) -> None:
     assert all(r == 0.0 for r in figures["regret"]["oracle"].values())
     assert figures["cost_vs_oracle"]["oracle"] == 1.0
+    assert figures["cost_vs_static"]["static"] == 1.0
+    assert figures["cost_vs_static_same_loss"]["static"] == 1.0
     static = figures["regret_curve"]["static"]
     assert len(set(static)) == 1  # one config, one regret, every epoch
 
@@ -70,6 +72,35 @@ def test_gp_opt_predicts_its_latency_with_an_interval(figures: dict) -> None:
     assert figures["interval_coverage"] is not None
     assert 0.0 <= figures["interval_coverage"] <= 1.0
     assert figures["gp_saving_vs_static"] is not None
+
+
+def _job(losses: list[float], costs: list[float]) -> Run:
+    n = len(losses)
+    return Run([0.0] * n, [False] * n, costs, [1.0] * n, losses, [None] * n)
+
+
+def test_costs_are_paired_job_by_job_and_the_static_default_is_met_at_its_own_loss() -> None:
+    """The static default seldom reaches the oracle's loss, so it is charged its whole
+    job; the same-loss ratio asks what the method paid to get where static ended."""
+    ledger = _Ledger(("gp", "static", "oracle"), target_epoch=2)
+    ledger.add(
+        {
+            "oracle": _job([0.8, 0.6, 0.5], [2.0, 2.0, 2.0]),
+            "gp": _job([0.85, 0.7, 0.6], [1.0, 1.0, 1.0]),
+            "static": _job([0.95, 0.9, 0.85], [1.0, 1.0, 1.0]),
+        },
+        cap=10.0,
+    )
+    ledger.add(  # a warm job: no static default to pair with
+        {"oracle": _job([0.8, 0.6], [2.0, 2.0]), "gp": _job([0.8, 0.6], [9.0, 9.0])}, cap=10.0
+    )
+    figures = ledger.figures()
+    assert figures["cost_vs_oracle"]["gp"] == pytest.approx((3.0 / 4.0 + 18.0 / 4.0) / 2)
+    assert figures["target_missed"] == {"gp": 0, "static": 1, "oracle": 0}
+    assert figures["cost_vs_static"]["gp"] == pytest.approx(3.0 / 3.0)
+    assert figures["cost_vs_static_same_loss"]["gp"] == pytest.approx(1.0 / 3.0)
+    assert figures["gp_saving_vs_static_same_loss"] == pytest.approx(2.0 / 3.0)
+    assert figures["deadline_met"]["static"] == 0.0
 
 
 def test_decision_times_are_measured_next_to_the_naive_prediction() -> None:
