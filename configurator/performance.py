@@ -97,15 +97,20 @@ PRIOR_KNEE = 1.0
 
 @dataclass(frozen=True)
 class ProgressCurve:
-    """Relative loss progress of an epoch: ``level · (1 - exp(-η·steps/tau)) · fresh``.
+    """Relative loss progress of an epoch: ``level · (1 - exp(-η·steps/tau)) · worth``.
 
-    ``steps`` is the SGD steps one worker takes (``⌈⌈n/λ⌉/b⌉``) and ``fresh`` is
-    ``κ/λ + (1 - κ/λ)·late_credit``. ``level`` is the next epoch's; ``decay`` is the
-    job's phase, by how much each epoch progresses less than the one before (progress
-    shrinks as the loss nears its floor); ``tau`` is where the steps stop paying;
-    ``late_credit`` is what a straggler's update is worth against a fresh one: the
-    coordinator damps it to ½ (one epoch stale), but it was computed against a model
-    that has moved since, and what that leaves is the job's to show.
+    ``steps`` is the SGD steps one worker takes (``⌈⌈n/λ⌉/b⌉``) and ``worth`` is
+    ``κ/λ + (1 - κ/λ)·late_credit·exp(-η·steps/tau)``. ``level`` is the next epoch's;
+    ``decay`` is the job's phase, by how much each epoch progresses less than the one
+    before (progress shrinks as the loss nears its floor); ``tau`` is where the steps
+    stop paying; ``late_credit`` is what a straggler's update is worth against a fresh
+    one: the coordinator damps it to ½ (one epoch stale), but it was computed against a
+    model the fresh updates have moved since, by as much as they progressed, so it is
+    worth less the larger the updates. Measured with the real worker on a 20k MovieLens
+    window (λ = 4, shards of 4,500 ratings), κ/λ ½ against BSP at a learning rate of 0.2
+    puts the worth between -0.3 (batch 256) and 0.26 (batch 4,096), at 0.05 between
+    0.32 and 0.52; this form says 0.02-0.33 and 0.20-0.45, a constant ½ said 0.5
+    throughout. What the job's own epochs show refits ``late_credit``.
     """
 
     level: float = 0.02
@@ -121,8 +126,9 @@ class ProgressCurve:
     def shape(self, cands: Candidates, samples: int | np.ndarray) -> np.ndarray:
         steps = np.ceil(np.ceil(samples / cands.workers) / cands.batch_size)
         fresh = cands.kappa / cands.workers
-        worth = fresh + (1 - fresh) * self.late_credit
-        return (1.0 - np.exp(-cands.learning_rate * steps / self.tau)) * worth
+        gained = 1.0 - np.exp(-cands.learning_rate * steps / self.tau)
+        worth = fresh + (1 - fresh) * self.late_credit * (1.0 - gained)
+        return gained * worth
 
 
 @dataclass(frozen=True)

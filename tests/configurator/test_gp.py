@@ -539,6 +539,26 @@ def test_a_drop_at_a_switch_of_config_is_the_configs_not_the_phase() -> None:
     assert float(np.mean(before) - np.mean(after)) == pytest.approx(math.log(2.5), abs=0.1)
 
 
+def test_a_late_update_is_worth_less_the_further_the_fresh_ones_moved_the_model() -> None:
+    """κ/λ ½ against BSP: with many large steps per worker (batch 256 at a learning rate
+    of 0.2 on 4,500-rating shards) a straggler's update is worth next to nothing, with a
+    few small ones (batch 4,096 at 0.05) nearly the damped half the coordinator gives."""
+    curve = EpochModel.prior().progress
+
+    def half_over_full(batch: int, rate: float) -> float:
+        configs = [
+            EpochConfig(batch_size=batch, learning_rate=rate, workers=4, sync_ratio=r)
+            for r in (0.5, 1.0)
+        ]
+        shape = curve.shape(Candidates.of(configs), 18_000)
+        return float(shape[0] / shape[1])
+
+    large, small = half_over_full(256, 0.2), half_over_full(4096, 0.05)
+    assert 0.5 <= large < 0.52
+    assert small > 0.7
+    assert small <= 0.75  # never above the constant half-credit the coordinator's damping gives
+
+
 def test_what_a_late_update_is_worth_is_learnt_and_carries_to_other_worker_counts() -> None:
     """A job that saw κ/λ ½ progress half as much as ¾ at 4 workers expects ½ to lose
     as much at 16: the stragglers' worth is fitted, not left to the residual GP, whose
