@@ -108,9 +108,10 @@ class ProgressCurve:
     model the fresh updates have moved since, by as much as they progressed, so it is
     worth less the larger the updates. Measured with the real worker on a 20k MovieLens
     window (λ = 4, shards of 4,500 ratings), κ/λ ½ against BSP at a learning rate of 0.2
-    puts the worth between -0.3 (batch 256) and 0.26 (batch 4,096), at 0.05 between
-    0.32 and 0.52; this form says 0.02-0.33 and 0.20-0.45, a constant ½ said 0.5
-    throughout. What the job's own epochs show refits ``late_credit``.
+    puts a late update's credit (``worth``'s factor after ``1 - κ/λ``) between -0.3
+    (batch 256) and 0.26 (batch 4,096), at 0.05 between 0.32 and 0.52; this form says
+    0.02-0.33 and 0.20-0.45, a constant ½ said 0.5 throughout. What the job's own
+    epochs show refits ``late_credit``.
     """
 
     level: float = 0.02

@@ -397,6 +397,7 @@ class _Ledger:
         target = oracle.losses[self.target_epoch - 1]
         oracle_cost, _, _ = _cost_to_target(oracle, target)
         static = done.get("static")
+        static_cost = _cost_to_target(static, target)[0] if static is not None else math.nan
         for name, run in done.items():
             if name not in self.methods:
                 continue
@@ -406,7 +407,6 @@ class _Ledger:
             self.vs_oracle[name].append(cost / oracle_cost)
             self.met[name].append(reached and latency <= cap)
             if static is not None:
-                static_cost, _, _ = _cost_to_target(static, target)
                 self.vs_static[name].append(cost / static_cost)
                 matched, _, matched_ok = _cost_to_target(run, static.losses[-1])
                 self.same_loss[name].append(matched / sum(static.costs) if matched_ok else math.inf)
