@@ -292,8 +292,7 @@ def test_the_latency_interval_widens_until_it_holds_the_jobs_own_epochs() -> Non
 
 
 def test_exploration_skips_candidates_that_could_be_far_dearer_than_the_incumbent() -> None:
-    settings = GpOptSettings(background=False, explore_slack=0.25)
-    configurator = GpOptConfigurator(DEFAULT, _context(), settings, SPACE)
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
     history = _job(configurator, 3)
     n = 6
     scored = _Scored(
