@@ -505,8 +505,7 @@ def _median(values: list[float]) -> float | None:
 def _median_epoch(firsts: list[int | None]) -> float | None:
     """Median epoch from which the regret stays low; a run that never gets there counts
     as never (None when that is the median)."""
-    value = float(np.median([math.inf if f is None else f for f in firsts]))
-    return value if math.isfinite(value) else None
+    return _median_of_all([math.inf if f is None else float(f) for f in firsts])
 
 
 def _spread(values: list[float]) -> list[float] | None:
