@@ -224,7 +224,8 @@ class Settings(BaseSettings):
             "the same): until it swaps in, the model that drifted serves. GP-OPT meets it "
             "with more workers; on functions that costs little more (bench policies: a "
             "20 s drift deadline against 120 s made drift jobs 1.7-6x faster than "
-            "cost-aware's jobs, for a 9-26 % dearer adwin bill). 30 s: on driftline demo "
+            "cost-aware's jobs, for a 9-26 % dearer adwin bill; 25 s: 1.7-4.7x, 30 s: "
+            "1.5-3.9x, the tighter the dearer by the workers' requests). 30 s: on driftline demo "
             "drift jobs took 10-27 s (at none: 8-32 s) and one of a 22,700-event "
             "window bought workers to keep it, $0.0007."
         ),

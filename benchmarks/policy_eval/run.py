@@ -5,7 +5,8 @@ by the policy (``observe_events``, weighted by the true arrivals they stand for)
 job that finished swaps its model in and the policy hears its duration
 (``observe_job``); under a drift detector, the serving model's errors go to it in
 heartbeats as in the service; and while no job runs, the policy may start one over the
-events since the last job's window (plus an equal sample of history). Only one job runs
+events since the last job's window (plus a history sample, by the service's window
+rule: :meth:`JobModel.history_for`). Only one job runs
 at a time and a model serves only from the moment its job completes, so a slow runtime
 costs accuracy.
 """
@@ -16,7 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from benchmarks.policy_eval.runtimes import JobRuntime
+from benchmarks.policy_eval.runtimes import JobModel, JobRuntime
 from benchmarks.policy_eval.stream import Ladder
 from drift import DriftDetector
 from drift.heartbeat import Heartbeat
@@ -97,9 +98,11 @@ def replay(
     policy: TriggerPolicy,
     runtime: JobRuntime,
     detector: DriftDetector | None = None,
-    history_ratio: float = 1.0,
+    jobs: JobModel | None = None,
 ) -> Run:
-    """Replay ``policy`` on ``runtime`` over ``scenario``; see the module docstring."""
+    """Replay ``policy`` on ``runtime`` over ``scenario``; see the module docstring.
+    ``jobs`` sets how much history a job adds (the default job model's, if None)."""
+    jobs = jobs or JobModel()
     ladder, times, weight = scenario.ladder, scenario.times, scenario.weight
     monitor = None if detector is None else _Monitor(detector)
     run = Run(swap_times=[scenario.start_s], swap_data_ends=[ladder.bootstrap])
@@ -131,8 +134,8 @@ def replay(
             trigger = policy.on_progress(int(arrived * weight), since)
         if trigger is None or arrived <= last_end:
             continue
-        window = arrived - last_end
-        samples = (window + min(window * history_ratio, last_end)) * weight
+        window = (arrived - last_end) * weight
+        samples = window + jobs.history_for(trigger, window, last_end * weight)
         outcome = runtime.run(float(now), samples, trigger)
         running = Job(float(now), outcome.finish_s, arrived, samples, outcome.cost_usd, trigger)
         run.jobs.append(running)

@@ -83,7 +83,7 @@ def _replay(
 ) -> Run:
     policy = make_policy(setting.policy, bootstrap_events=0, refresh_events=None, **setting.knobs)
     built = RUNTIMES[runtime](jobs, scene.rates, vm_prices("c5"), seed, boot_s)
-    return replay(scene, policy, built, _detector(setting), jobs.history_ratio)
+    return replay(scene, policy, built, _detector(setting), jobs)
 
 
 def run_all(

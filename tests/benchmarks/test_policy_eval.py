@@ -78,3 +78,34 @@ def test_reaction_runs_from_each_onset_to_the_first_job_started_after_it() -> No
     run = Run(jobs=[Job(s, s + 20, 0, 1.0, 0.0, "drift") for s in (300.0, 450.0, 700.0)])
     assert reaction(scene, run) == 50.0
     assert reaction(scene, Run()) == 600.0  # no job after it: until the horizon
+
+
+def test_a_job_adds_history_by_the_services_window_rule() -> None:
+    from benchmarks.policy_eval.run import replay
+    from benchmarks.policy_eval.runtimes import FunctionRuntime, JobModel
+    from retrain.policies import make_policy
+    from service.settings import Settings
+
+    jobs = JobModel()
+    settings = Settings()
+    assert jobs.history_sample == settings.history_sample
+    assert jobs.drift_history_ratio == settings.drift_window_history_ratio
+    # Weighted events (200 true samples each): the window dwarfs the history bound.
+    scene = _scenario()
+    scene = Scenario(scene.times, 200.0, scene.horizon_s, scene.ladder, (), scene.rates)
+    rare = replay(scene, make_policy("periodic", every_events=100_000), FunctionRuntime(jobs, 0))
+    often = replay(scene, make_policy("periodic", every_events=20_000), FunctionRuntime(jobs, 0))
+    for run in (rare, often):
+        first, *rest = run.jobs
+        assert first.samples == first.data_end * 200.0  # nothing older than the first window
+        expected = [
+            (b.data_end - a.data_end) * 200.0 + min(jobs.history_sample, a.data_end * 200.0)
+            for a, b in zip(run.jobs, rest, strict=False)
+        ]
+        assert [job.samples for job in rest] == expected
+    # Retraining less often trains less: each job's history is bounded, not a share.
+    assert sum(j.samples for j in rare.jobs) < sum(j.samples for j in often.jobs)
+    assert rare.cost_usd < often.cost_usd
+    # A drift job right after a small window takes at most three older samples per new one.
+    assert jobs.history_for("drift", 1_000.0, 1e6) == 3_000.0
+    assert jobs.history_for("periodic", 1_000.0, 1e6) == 50_000
