@@ -124,6 +124,14 @@ class GpOptSettings:
     refit_growth
         Refit when the distinct observations have grown by this factor since the last
         refit.
+    min_improvement
+        Least expected improvement (a share of the incumbent's cost per progress,
+        feasibility-weighted) for which an epoch explores; below it the epoch runs the
+        incumbent. CherryPick (NSDI'17) stops searching once EI falls under 10 %. On
+        the configurator benchmark (4 seeds × 30 epochs, seeds 0-3 / 4-7) it took the
+        median regret at epoch 5 from 0.130 / 0.146 to 0.095 / 0.084, lateness from
+        8.1 % / 8.7 % to 8.1 % / 8.1 %, cost over the oracle's from 1.14 / 1.17 to
+        1.10 / 1.19; 0.08 decided the same epochs.
     """
 
     confidence: float = 0.9
@@ -135,6 +143,7 @@ class GpOptSettings:
     surrogate: str = "gpytorch"
     background: bool = True
     refit_growth: float = 1.5
+    min_improvement: float = 0.1
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.confidence < 1:
@@ -143,6 +152,8 @@ class GpOptSettings:
             raise ValueError("explore_slack and switch_gain must not be negative")
         if self.keep < 1:
             raise ValueError(f"keep must be at least 1, got {self.keep}")
+        if not 0 <= self.min_improvement < 1:
+            raise ValueError(f"min_improvement must be in [0, 1), got {self.min_improvement}")
         if self.refit_growth <= 1:
             raise ValueError(f"refit_growth must exceed 1, got {self.refit_growth}")
         if self.surrogate not in SURROGATES:
@@ -458,6 +469,9 @@ class GpOptConfigurator(Configurator):
         )
         pick = int(near[np.argmax(score)])
         reason = "log constrained EI"
+        worth = math.log(settings.min_improvement) if settings.min_improvement > 0 else -math.inf
+        if pick != incumbent and float(score.max()) < worth:
+            return incumbent, "best feasible posterior mean: no EI worth exploring", len(near)
         if history:
             pick, reason = self._hysteresis(scored, safe, pick, reason, history[-1].config)
         return pick, reason, len(near)

@@ -313,6 +313,41 @@ def test_exploration_skips_candidates_that_could_be_far_dearer_than_the_incumben
     assert considered == 3
 
 
+def test_an_epoch_explores_only_where_the_expected_improvement_is_worth_it() -> None:
+    """CherryPick's rule: below 10 % expected improvement the incumbent runs."""
+
+    def scored(sd: float) -> _Scored:
+        n = 3
+        return _Scored(
+            rows=np.arange(n),
+            lat=np.zeros(n),
+            lat_sd=np.full(n, 0.1),
+            cost=np.zeros(n),
+            cost_sd=np.full(n, 0.1),
+            objective=np.array([0.0, 0.01, 0.02]),  # the incumbent is row 0
+            objective_sd=np.array([0.01, sd, sd]),
+            p_feasible=np.ones(n),
+            p_staying=np.ones(n),
+            widening=1.0,
+        )
+
+    def decide(settings: GpOptSettings, sd: float) -> tuple[int, str]:
+        configurator = GpOptConfigurator(DEFAULT, _context(), settings, SPACE)
+        pick, reason, _ = configurator._decide(scored(sd), [], epoch=3)
+        return pick, reason
+
+    # Near-certain rows a percent or two dearer on average: EI of about 1.5 %.
+    assert decide(GpOptSettings(background=False), 0.05) == (
+        0,
+        "best feasible posterior mean: no EI worth exploring",
+    )
+    assert decide(GpOptSettings(background=False, min_improvement=0.0), 0.05)[0] == 1
+    # Rows that could well be much cheaper are still tried.
+    assert decide(GpOptSettings(background=False, explore_slack=10.0), 0.5)[0] != 0
+    with pytest.raises(ValueError, match="min_improvement"):
+        GpOptSettings(min_improvement=1.0)
+
+
 def test_a_steady_epochs_latency_quantiles_match_its_warm_and_cold_workers() -> None:
     """Following itself, a config with κ < λ finds only κ containers free: the κ-th
     fastest is taken among warm and cold workers together. Its predicted quantiles are
