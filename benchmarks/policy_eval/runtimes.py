@@ -68,7 +68,8 @@ class JobModel:
     def history_for(self, trigger: str, window: float, older: float) -> float:
         """True samples of history a job started for ``trigger`` adds to its ``window``
         new ones, ``older`` being all there are: the service's ``WindowPolicy``, or its
-        ``ChangeWindowPolicy`` for a drift job.
+        ``ChangeWindowPolicy``'s bound for a drift job (whose window here still starts
+        at the last job, not at the alert's change point: the ladder has no other).
 
         The bound is on samples, not on a share of the window: a job over hours of a
         busy trace adds no more history than one over a minute, so retraining less
