@@ -107,8 +107,8 @@ class GpOptSettings:
     confidence
         Probability with which the epoch must meet its deadline share (and budget).
     explore_slack
-        Explore only candidates whose posterior-mean cost per progress is at most this
-        much above the incumbent's (0.25: 25 % dearer).
+        Explore only candidates whose cost per progress, at the 90th percentile of its
+        posterior, is at most this much above the incumbent's mean (0.25: 25 % dearer).
     switch_gain
         Least predicted relative gain for which memory or λ change.
     keep
@@ -469,8 +469,8 @@ class GpOptConfigurator(Configurator):
         )
         pick = int(near[np.argmax(score)])
         reason = "log constrained EI"
-        worth = math.log(settings.min_improvement) if settings.min_improvement > 0 else -math.inf
-        if pick != incumbent and float(score.max()) < worth:
+        gate = settings.min_improvement
+        if gate > 0 and pick != incumbent and score.max() < math.log(gate):
             return incumbent, "best feasible posterior mean: no EI worth exploring", len(near)
         if history:
             pick, reason = self._hysteresis(scored, safe, pick, reason, history[-1].config)
