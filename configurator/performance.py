@@ -328,7 +328,8 @@ def _order_quantiles(
     pairs, inverse = np.unique(key, return_inverse=True)
     k = (pairs // 4096).astype(np.float64)
     b = (pairs % 4096).astype(np.float64) - k + 1
-    return {q: betaincinv(k, b, q)[inverse.ravel()] for q in qs}
+    row_pair = inverse.ravel()
+    return {q: betaincinv(k, b, q)[row_pair] for q in qs}
 
 
 def _upper_confidence(u: np.ndarray, records: float) -> np.ndarray:
