@@ -49,7 +49,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
-from scipy.special import ndtr
+from scipy.special import ndtr, ndtri
 
 from configurator.acquisition import log_constrained_ei
 from configurator.base import Configurator, Decision, JobContext, Observation
@@ -69,17 +69,18 @@ log = logging.getLogger(__name__)
 
 #: The three residuals modelled: log latency, log cost, log progress.
 OUTPUTS = ("latency", "cost", "progress")
-#: Columns of the surrogates' inputs (:meth:`Candidates.features`, then the job's
-#: size): memory, λ, κ/λ, batch size, learning rate, window.
-LEARNING_RATE = 4
-#: The columns each output's residual GP sees. The learning rate changes no second and
-#: no cent of an epoch: without it the latency and cost GPs learn from every
-#: learning rate's epochs as repeats of one config, need one lengthscale fewer, and
-#: score each kept (memory, λ, κ/λ, batch size) once instead of once per learning rate.
+#: The columns each output's residual GP sees, of :meth:`Candidates.features` and then
+#: the job's size: memory 0, λ 1, κ/λ 2, batch size 3, learning rate 4, window 5. The
+#: learning rate changes no second and no cent of an epoch, and memory buys seconds,
+#: not updates: the workers of a config compute the same updates at any memory, and
+#: which of them arrive after κ depends on their slowdowns, not on a memory all of them
+#: share. Without those inputs each GP learns from epochs that differ in them as
+#: repeats of one config, needs a lengthscale fewer, and scores each kept row once per
+#: distinct value of its own inputs.
 INPUTS: dict[str, tuple[int, ...]] = {
     "latency": (0, 1, 2, 3, 5),
     "cost": (0, 1, 2, 3, 5),
-    "progress": (0, 1, 2, 3, 4, 5),
+    "progress": (1, 2, 3, 4, 5),
 }
 
 
@@ -231,6 +232,7 @@ class GpOptConfigurator(Configurator):
         self._bounds = self.space.bounds()
         self._features = self._grid.features(self._bounds)
         self._latency_groups = latency_groups(self._grid)
+        self._input_groups = {name: _input_groups(self._features, name) for name in OUTPUTS}
         self._past = history.load() if history is not None else []
         self._seed_hyperparameters()
         self._refit_at = 1
@@ -310,18 +312,17 @@ class GpOptConfigurator(Configurator):
         assert self.context is not None
         within_limit = now.worker_tail_s < self.context.timeout_s
         objective = steady.log_cost - steady.log_progress
-        cheapest = np.argsort(objective, kind="stable")
         quarter = max(1, self.settings.keep // 4)
         on_time = self._likely_on_time(now, steady, deadline) & within_limit
         once_warm = self._likely_on_time(steady, steady, deadline) & within_limit & ~on_time
         sure = np.concatenate(
-            [cheapest[on_time[cheapest]][:quarter], cheapest[once_warm[cheapest]][:quarter]]
+            [_cheapest(objective, on_time, quarter), _cheapest(objective, once_warm, quarter)]
         )[: self.settings.keep]
         epistemic = self._prior_sd("latency")
         sd = np.sqrt(now.log_latency_sd**2 + epistemic**2)
-        plausible = (
-            ndtr((math.log(deadline) - now.log_latency) / sd) >= 1 - self.settings.confidence
-        )
+        # P(on time) ≥ 1 − confidence, as a z-score: no normal CDF over the whole grid.
+        z = ndtri(1 - self.settings.confidence)
+        plausible = math.log(deadline) - now.log_latency >= z * sd
         plausible &= within_limit
         plausible[sure] = False
         rows = np.flatnonzero(plausible)
@@ -331,8 +332,9 @@ class GpOptConfigurator(Configurator):
             return np.concatenate([sure, fastest[~np.isin(fastest, sure)][:room]])
         eps = math.hypot(self._prior_sd("cost"), self._prior_sd("progress"))
         rows = rows[_undominated(now.log_latency[rows], objective[rows], epistemic, eps)]
-        rows = rows[np.argsort(objective[rows], kind="stable")][:room]
-        return np.concatenate([sure, rows])
+        mask = np.zeros(len(objective), dtype=bool)
+        mask[rows] = True
+        return np.concatenate([sure, _cheapest(objective, mask, room)])
 
     def _likely_on_time(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
         """Per row, whether the prior alone gives it ``confidence`` of meeting
@@ -340,7 +342,7 @@ class GpOptConfigurator(Configurator):
         later = now.log_latency >= steady.log_latency
         latency = np.where(later, now.log_latency, steady.log_latency)
         sd = np.where(later, now.log_latency_sd, steady.log_latency_sd)
-        return ndtr((math.log(deadline) - latency) / sd) >= self.settings.confidence
+        return math.log(deadline) - latency >= ndtri(self.settings.confidence) * sd
 
     def _prior_sd(self, output: str) -> float:
         """How far the residual GP of ``output`` could move a prediction (its prior sd)."""
@@ -374,18 +376,15 @@ class GpOptConfigurator(Configurator):
             x = np.column_stack(
                 [self._features[rows], np.full((len(rows), 1), self._context_feature(samples))]
             )
-            # Rows that differ in their learning rate alone share a latency and a cost.
-            _, first, group = np.unique(
-                self._latency_groups[1][rows], return_index=True, return_inverse=True
-            )
             shifts = {}
             for name in OUTPUTS:
-                if LEARNING_RATE in INPUTS[name]:
-                    mean, var = self._surrogates[name].predict(surrogate_inputs(name, x))
-                else:
-                    mean, var = self._surrogates[name].predict(surrogate_inputs(name, x[first]))
-                    mean, var = mean[group.ravel()], var[group.ravel()]
-                shifts[name], epi[name] = mean, var
+                # Rows that differ only in what the output's GP does not see share its
+                # prediction: each distinct input is predicted once.
+                _, first, group = np.unique(
+                    self._input_groups[name][rows], return_index=True, return_inverse=True
+                )
+                mean, var = self._surrogates[name].predict(surrogate_inputs(name, x[first]))
+                shifts[name], epi[name] = mean[group.ravel()], var[group.ravel()]
             lat, cost = lat + shifts["latency"], cost + shifts["cost"]
             steady_lat = steady_lat + shifts["latency"]
             steady_cost = steady_cost + shifts["cost"]
@@ -698,6 +697,29 @@ class GpOptConfigurator(Configurator):
 
 
 _BLAS: Any = None
+
+
+def _cheapest(objective: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:
+    """The ``n`` rows of ``mask`` lowest in ``objective``, in order, ties by row: what
+    a stable sort of the whole grid would give, from a partial selection (the grid's
+    sort was a tenth of a decision)."""
+    rows = np.flatnonzero(mask)
+    if n <= 0:
+        return rows[:0]
+    values = objective[rows]
+    if len(rows) > n:
+        kth = np.partition(values, n - 1)[n - 1]
+        rows = np.concatenate([rows[values < kth], rows[values == kth]])[:n]
+        values = objective[rows]
+    return rows[np.lexsort((rows, values))]
+
+
+def _input_groups(features: np.ndarray, output: str) -> np.ndarray:
+    """Per grid row, which distinct input of ``output``'s residual GP it has (the
+    job's size, the last input, is one per decision and left out)."""
+    columns = [c for c in INPUTS[output] if c < features.shape[1]]
+    _, group = np.unique(features[:, columns], axis=0, return_inverse=True)
+    return np.asarray(group).ravel()
 
 
 def _one_blas_thread() -> Any:

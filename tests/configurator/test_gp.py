@@ -17,6 +17,7 @@ from configurator.gp import (
     Z95,
     GpOptConfigurator,
     GpOptSettings,
+    _cheapest,
     _Scored,
     _undominated,
     surrogate_inputs,
@@ -211,6 +212,16 @@ def test_pruning_keeps_the_cheapest_candidates_likely_on_time_beside_the_cheapes
     q90 = decision.latency_s * (high / decision.latency_s) ** (Z90 / Z95)
     assert q90 <= decision.deadline_s * (1 + 1e-9)
     assert config.workers > 1
+
+
+@pytest.mark.parametrize("n", [0, 1, 7, 40, 500])
+def test_the_cheapest_rows_are_a_stable_sorts_first_even_among_ties(n: int) -> None:
+    rng = np.random.default_rng(n)
+    objective = rng.integers(0, 12, 300).astype(np.float64)  # many ties
+    mask = rng.random(300) < 0.6
+    stable = np.argsort(objective, kind="stable")
+    expected = stable[mask[stable]][:n]
+    assert _cheapest(objective, mask, n).tolist() == expected.tolist()
 
 
 def test_log_ei_is_finite_far_below_the_incumbent_and_ranks_by_feasibility() -> None:
@@ -529,6 +540,51 @@ def test_the_learning_rate_moves_no_latency_or_cost_residual_only_progress() -> 
     for group in np.unique(groups)[:20]:
         same = np.flatnonzero(groups == group)
         assert np.ptp(scored.lat[same]) == 0 and np.ptp(scored.cost[same]) == 0
+
+
+def test_memory_moves_no_progress_residual_and_rows_are_scored_once_per_distinct_input() -> None:
+    """Epochs that differ in memory alone are repeats of one config to the progress GP
+    (memory buys seconds, not updates), so what one memory taught about progress holds
+    at every other; the latency GP keeps them apart."""
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    rng = np.random.default_rng(5)
+    prior = EpochModel.prior()
+    history, loss = [], 1.0
+    for t in range(8):
+        config = replace(DEFAULT, memory_mb=(512, 1769)[t % 2])
+        loss *= 0.8  # far more progress than the prior's: a residual to learn
+        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
+    configurator._condition(history, prior, optimise=False)
+    assert len(configurator._surrogates["progress"]._x) == 1  # one config, eight epochs
+    assert len(configurator._surrogates["latency"]._x) == 2
+    unseen = replace(DEFAULT, memory_mb=1024)
+    x = np.column_stack(
+        [Candidates.of([history[0].config, unseen]).features(SPACE.bounds()), np.zeros((2, 1))]
+    )
+    mean, var = configurator._surrogates["progress"].predict(surrogate_inputs("progress", x))
+    assert mean[0] == mean[1] > 0.1 and var[0] == var[1]
+    # Scoring predicts each distinct input once: the same as predicting every row.
+    rows = np.arange(len(configurator._grid))
+    context = configurator.context
+    assert context is not None
+    now = prior.predict(configurator._grid, context, previous=history[-1].config)
+    steady = prior.predict(configurator._grid, context, previous=configurator._grid)
+    scored = configurator._score(
+        rows, now, steady, history, context.train_samples, 8, 6.0, math.inf
+    )
+    every = np.column_stack(
+        [configurator._features, np.full((len(rows), 1), configurator._context_feature(100_000))]
+    )
+    shift = {
+        name: configurator._surrogates[name].predict(surrogate_inputs(name, every))[0]
+        for name in ("latency", "cost", "progress")
+    }
+    np.testing.assert_allclose(scored.lat, now.log_latency + shift["latency"], atol=1e-12)
+    np.testing.assert_allclose(scored.cost, now.log_cost + shift["cost"], atol=1e-12)
+    steady_cost = steady.log_cost + shift["cost"]
+    switching = np.log1p(np.maximum(np.exp(scored.cost - steady_cost) - 1.0, 0.0) / 2)
+    expected = steady_cost + switching - steady.log_progress - shift["progress"]
+    np.testing.assert_allclose(scored.objective, expected, atol=1e-12)
 
 
 def test_the_priors_progress_knee_is_the_losses_not_the_windows() -> None:
