@@ -175,7 +175,8 @@ class _Scored:
     objective: np.ndarray
     objective_sd: np.ndarray
     p_feasible: np.ndarray
-    #: P(on time) of each row once it follows itself (no switch's cold starts).
+    #: P(on time) of each row once it follows itself (no switch's cold starts), at the
+    #: share left to the later epochs after this one.
     p_staying: np.ndarray
     #: The factor latency spreads were widened by (``GpOptConfigurator._latency_widening``).
     widening: float
@@ -404,6 +405,13 @@ class GpOptConfigurator(Configurator):
         steady_sd = widen * np.sqrt(steady_lat_sd**2 + epi["latency"])
         staying = ndtr((math.log(deadline) - steady_lat) / steady_sd)
         p = np.minimum(p, staying)
+        # What a fallback that switches plans on: the config following itself at the
+        # share the later epochs get once this one has run (its 90th percentile), not
+        # at this one's. A switch planned late shrinks every later share; judged at
+        # this share, the boundary config it picked was out of reach the next epoch
+        # and the job fell to the least late, then switched again.
+        after = _share_after(deadline, left, lat + Z90 * total_lat_sd)
+        staying = ndtr((np.log(after) - steady_lat) / steady_sd)
         if math.isfinite(budget):
             within = ndtr((math.log(budget) - cost) / total_cost_sd)
             p, staying = p * within, staying * within
@@ -697,6 +705,14 @@ class GpOptConfigurator(Configurator):
 
 
 _BLAS: Any = None
+
+
+def _share_after(deadline: float, left: int, log_latency: np.ndarray) -> np.ndarray:
+    """Each later epoch's share of the time left once this epoch (``deadline``, one of
+    ``left`` shares) took ``exp(log_latency)``; none when no epoch is left after it."""
+    if left <= 1:
+        return np.full(len(log_latency), 1e-12)
+    return np.maximum((deadline * left - np.exp(log_latency)) / (left - 1), 1e-12)
 
 
 def _cheapest(objective: np.ndarray, mask: np.ndarray, n: int) -> np.ndarray:

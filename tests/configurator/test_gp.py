@@ -674,3 +674,28 @@ def test_what_a_late_update_is_worth_is_learnt_and_carries_to_other_worker_count
     assert half_over_full(fitted, 16) < half_over_full(prior, 16) - 0.1
     # Epochs of one κ/λ alone cannot tell: the prior's worth stays.
     assert recalibrate(prior, history[:5], context).progress.late_credit == 0.5
+
+
+def test_a_fallback_switch_plans_on_the_share_its_own_late_epoch_leaves() -> None:
+    """On a deadline no cold epoch meets, the first epoch switches to a config on time
+    once warm, knowing it runs late; the config must then hold at the smaller share
+    that late epoch leaves to the others, or the job leaves it the next epoch."""
+    space = SearchSpace()
+    prior = EpochModel.prior()
+    grid = space.grid()
+    epochs = 10
+    probe = JobContext(100_000, 8, 10_000, 1.0, None, epochs, job_id="tight")
+    steady = prior.predict(grid, probe, previous=grid)
+    share = float(np.quantile(np.exp(steady.log_latency + Z90 * steady.log_latency_sd), 0.1))
+    context = replace(probe, latency_cap_s=share * epochs)
+    configurator = GpOptConfigurator(DEFAULT, context, GpOptSettings(background=False), space)
+    config = configurator.propose(0, [])
+    decision = configurator.last_decision
+    assert decision is not None and "once warm" in decision.reason
+    sd_now = math.log(decision.latency_interval_s[1] / decision.latency_s) / Z95
+    late_now = decision.latency_s * math.exp(Z90 * sd_now)
+    assert late_now > share
+    after = (share * epochs - late_now) / (epochs - 1)
+    own = prior.predict(Candidates.of([config]), context, previous=config)
+    z = (math.log(after) - own.log_latency[0]) / own.log_latency_sd[0]
+    assert z >= Z90 - 1e-9
