@@ -10,7 +10,8 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    ε-dominated in latency and cost per progress (CE-scaling's Pareto boundary, widened
    by what the residual GPs could still change) are dropped; at most ``keep`` remain.
 3. **Posterior.** Residual GPs (:mod:`configurator.surrogate`) correct the prior where
-   there are observations — this job's and, warm, earlier jobs' — scored as marginals.
+   there are observations — this job's and, warm, earlier jobs' — scored as marginals,
+   each on the inputs its output depends on (``INPUTS``).
 4. **Decision.** Feasible means ``P(latency ≤ the epoch's share of what is left of
    LATENCY_CAP_SECONDS) ≥ confidence`` and the same for the budget. The incumbent is
    the feasible candidate with the best posterior-mean cost per progress; the pick is
@@ -20,7 +21,8 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    widened until it holds the job's own epochs (split-conformal). The first
    epoch is the prior's best feasible candidate. When nothing is likely on time this
    epoch (a switch's cold starts, every container in the first epoch), the pick is
-   the cheapest candidate likely on time once warm. Changing memory or λ costs cold
+   the cheapest candidate likely on time once warm, at the share its own late epoch
+   leaves to the others. Changing memory or λ costs cold
    containers: the prior charges them to the epoch that switches (amortised over the
    epochs left in the objective), and a switch must also promise ``switch_gain``.
 5. **Refit off the critical path.** Hyper-parameters are refitted on a thread while the
