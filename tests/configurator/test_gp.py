@@ -23,7 +23,7 @@ from configurator.gp import (
     surrogate_inputs,
 )
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
-from configurator.performance import Z90, EpochModel, latency_groups, recalibrate
+from configurator.performance import Z90, EpochModel, Prediction, latency_groups, recalibrate
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
 from functions.objectstore import FileObjectStore
@@ -221,7 +221,7 @@ def test_the_cheapest_rows_are_a_stable_sorts_first_even_among_ties(n: int) -> N
     mask = rng.random(300) < 0.6
     stable = np.argsort(objective, kind="stable")
     expected = stable[mask[stable]][:n]
-    assert _cheapest(objective, mask, n).tolist() == expected.tolist()
+    assert _cheapest(objective, np.flatnonzero(mask), n).tolist() == expected.tolist()
 
 
 def test_log_ei_is_finite_far_below_the_incumbent_and_ranks_by_feasibility() -> None:
@@ -506,19 +506,49 @@ def test_a_one_worker_epochs_tail_is_raised_while_few_records_show_the_straggler
     assert q90(many, one) == pytest.approx(prior.slowdown_quantile(np.array([0.9]))[0] * scaled)
 
 
+def _conditioned(
+    epochs: list[tuple[EpochConfig, float]], seed: int
+) -> tuple[GpOptConfigurator, EpochModel, list[Observation]]:
+    """A configurator whose GPs are conditioned on ``epochs``: each config run with the
+    loss multiplied by its factor, latency and cost as the prior says, with noise."""
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
+    rng = np.random.default_rng(seed)
+    prior = EpochModel.prior()
+    history, loss = [], 1.0
+    for config, factor in epochs:
+        loss *= factor
+        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
+    configurator._condition(history, prior, optimise=False)
+    return configurator, prior, history
+
+
+def _score_whole_grid(
+    configurator: GpOptConfigurator, prior: EpochModel, history: list[Observation]
+) -> tuple[_Scored, Prediction, Prediction]:
+    """Every grid row scored at epoch 8 of 10 with a 6 s share: ``(scored, now, steady)``."""
+    context = configurator.context
+    assert context is not None
+    grid = configurator._grid
+    now = prior.predict(grid, context, previous=history[-1].config)
+    steady = prior.predict(grid, context, previous=grid)
+    rows = np.arange(len(grid))
+    scored = configurator._score(
+        rows, now, steady, history, context.train_samples, 8, 6.0, math.inf
+    )
+    return scored, now, steady
+
+
 def test_the_learning_rate_moves_no_latency_or_cost_residual_only_progress() -> None:
     """Epochs that differ in their learning rate alone are repeats of one config to the
     latency and cost GPs, which then score such rows alike; the progress GP tells them
     apart."""
-    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
-    rng = np.random.default_rng(3)
-    prior = EpochModel.prior()
-    history, loss = [], 1.0
-    for t in range(8):
-        config = replace(DEFAULT, learning_rate=(0.025, 0.1)[t % 2])
-        loss *= 0.97 if t % 2 else 0.9
-        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
-    configurator._condition(history, prior, optimise=False)
+    configurator, prior, history = _conditioned(
+        [
+            (replace(DEFAULT, learning_rate=(0.025, 0.1)[t % 2]), (0.9, 0.97)[t % 2])
+            for t in range(8)
+        ],
+        seed=3,
+    )
     slow, fast = replace(DEFAULT, learning_rate=0.025), replace(DEFAULT, learning_rate=0.1)
     x = np.column_stack([Candidates.of([slow, fast]).features(SPACE.bounds()), np.zeros((2, 1))])
     for name in ("latency", "cost"):
@@ -528,14 +558,7 @@ def test_the_learning_rate_moves_no_latency_or_cost_residual_only_progress() -> 
     mean, _ = configurator._surrogates["progress"].predict(surrogate_inputs("progress", x))
     assert mean[0] != pytest.approx(mean[1], abs=1e-6)
     # Scoring answers each (memory, λ, κ/λ, batch size) once for all its learning rates.
-    rows = np.arange(len(configurator._grid))
-    context = configurator.context
-    assert context is not None
-    now = prior.predict(configurator._grid, context, previous=history[-1].config)
-    steady = prior.predict(configurator._grid, context, previous=configurator._grid)
-    scored = configurator._score(
-        rows, now, steady, history, context.train_samples, 8, 6.0, math.inf
-    )
+    scored, now, steady = _score_whole_grid(configurator, prior, history)
     groups = configurator._latency_groups[1]
     for group in np.unique(groups)[:20]:
         same = np.flatnonzero(groups == group)
@@ -546,15 +569,10 @@ def test_memory_moves_no_progress_residual_and_rows_are_scored_once_per_distinct
     """Epochs that differ in memory alone are repeats of one config to the progress GP
     (memory buys seconds, not updates), so what one memory taught about progress holds
     at every other; the latency GP keeps them apart."""
-    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), SPACE)
-    rng = np.random.default_rng(5)
-    prior = EpochModel.prior()
-    history, loss = [], 1.0
-    for t in range(8):
-        config = replace(DEFAULT, memory_mb=(512, 1769)[t % 2])
-        loss *= 0.8  # far more progress than the prior's: a residual to learn
-        history.append(replace(_observe(prior, config, loss, rng), loss=loss))
-    configurator._condition(history, prior, optimise=False)
+    # A fifth of the loss an epoch: far more progress than the prior's, a residual to learn.
+    configurator, prior, history = _conditioned(
+        [(replace(DEFAULT, memory_mb=(512, 1769)[t % 2]), 0.8) for t in range(8)], seed=5
+    )
     assert len(configurator._surrogates["progress"]._x) == 1  # one config, eight epochs
     assert len(configurator._surrogates["latency"]._x) == 2
     unseen = replace(DEFAULT, memory_mb=1024)
@@ -564,16 +582,10 @@ def test_memory_moves_no_progress_residual_and_rows_are_scored_once_per_distinct
     mean, var = configurator._surrogates["progress"].predict(surrogate_inputs("progress", x))
     assert mean[0] == mean[1] > 0.1 and var[0] == var[1]
     # Scoring predicts each distinct input once: the same as predicting every row.
-    rows = np.arange(len(configurator._grid))
-    context = configurator.context
-    assert context is not None
-    now = prior.predict(configurator._grid, context, previous=history[-1].config)
-    steady = prior.predict(configurator._grid, context, previous=configurator._grid)
-    scored = configurator._score(
-        rows, now, steady, history, context.train_samples, 8, 6.0, math.inf
-    )
+    scored, now, steady = _score_whole_grid(configurator, prior, history)
+    rows = len(configurator._grid)
     every = np.column_stack(
-        [configurator._features, np.full((len(rows), 1), configurator._context_feature(100_000))]
+        [configurator._features, np.full((rows, 1), configurator._context_feature(100_000))]
     )
     shift = {
         name: configurator._surrogates[name].predict(surrogate_inputs(name, every))[0]
