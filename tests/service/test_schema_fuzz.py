@@ -26,7 +26,7 @@ import pytest
 
 schemathesis = pytest.importorskip("schemathesis")
 
-from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import HealthCheck, assume, given, settings  # noqa: E402
 from schemathesis import GenerationMode  # noqa: E402
 from schemathesis.checks import not_a_server_error  # noqa: E402
 from schemathesis.specs.openapi.checks import (  # noqa: E402
@@ -42,6 +42,11 @@ from service.store import Database  # noqa: E402
 from tests.support.databases import external_url, isolated_schema, not_configured_reason  # noqa: E402
 
 pytestmark = pytest.mark.slow
+
+#: Headers that frame the HTTP message itself. A generated value for one (a
+#: ``Content-Length`` of ``).l~``) makes a request that is not HTTP: the server's HTTP
+#: layer refuses it with its own 400 before any route sees it, so it tests no API.
+FRAMING_HEADERS = frozenset({"content-length", "transfer-encoding"})
 
 CHECKS = (
     not_a_server_error,
@@ -113,6 +118,7 @@ def test_no_answer_is_a_5xx_or_off_schema(server: tuple[ServerProcess, str], cal
             suppress_health_check=list(HealthCheck),
         )
         def check(case) -> None:  # type: ignore[no-untyped-def]
+            assume(not FRAMING_HEADERS & {name.lower() for name in case.headers or {}})
             response = case.call(headers=headers, timeout=30)
             case.validate_response(response, checks=CHECKS)
 
