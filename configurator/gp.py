@@ -13,11 +13,11 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    there are observations — this job's and, warm, earlier jobs' — scored as marginals,
    each on the inputs its output depends on (``INPUTS``).
 4. **Decision.** Feasible means ``P(latency ≤ the epoch's share of what is left of
-   LATENCY_CAP_SECONDS) ≥ confidence`` and the same for the budget (``slack_spend``: how
-   much of the time its epochs saved a job ahead of its schedule spends). The incumbent is
-   the feasible candidate with the best posterior-mean cost per progress; the pick is
-   the largest log constrained expected improvement over it among feasible candidates
-   not more than ``explore_slack`` dearer at the 90th percentile of their posterior
+   LATENCY_CAP_SECONDS) ≥ confidence`` and the same for the budget (``slack_spend``: the
+   share of the time its earlier epochs saved that a job ahead of schedule spends). The
+   incumbent is the feasible candidate with the best posterior-mean cost per progress;
+   the pick is the largest log constrained expected improvement over it among feasible
+   candidates not more than ``explore_slack`` dearer at the 90th percentile of their posterior
    (safe, cost-aware exploration). Once a few epochs ran, the latency posterior is
    widened until it holds the job's own epochs (split-conformal). The first
    epoch is the prior's best feasible candidate. When nothing is likely on time this
