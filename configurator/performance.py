@@ -600,9 +600,9 @@ def _fit_progress(
     samples_at = np.array([history[t].samples or context.train_samples for t, _ in progress])
     configs = [history[t].config for t, _ in progress]
     cands = Candidates.of(configs)
-    same = _same_config(configs, samples_at)
-    observed = np.log([p for _, p in progress])
     epochs = np.array([t for t, _ in progress], dtype=np.float64) - len(history)
+    repeats = _Repeats.of(epochs, _same_config(configs, samples_at))
+    observed = np.log([p for _, p in progress])
     taus = [PRIOR_KNEE * f for f in _TAU_FACTORS] if len(progress) >= 3 else [PRIOR_KNEE]
     credits = [model.progress.late_credit]
     if len(np.unique(np.round(cands.kappa / cands.workers, 6))) >= 2:
@@ -611,7 +611,7 @@ def _fit_progress(
     for tau, credit in itertools.product(taus, credits):
         curve = replace(model.progress, tau=tau, late_credit=credit)
         logs = observed - np.log(np.maximum(curve.shape(cands, samples_at), 1e-12))
-        level, slope = _phase_line(epochs, logs, same, math.log(model.progress.decay))
+        level, slope = _phase_line(epochs, logs, repeats, math.log(model.progress.decay))
         sse = float(np.sum((logs - level - slope * epochs) ** 2))
         if best is None or sse < best[0] - 1e-12:
             best = (sse, replace(curve, level=math.exp(level), decay=math.exp(slope)))
@@ -630,30 +630,57 @@ def _same_config(configs: list[EpochConfig], samples: np.ndarray) -> np.ndarray:
     )
 
 
+@dataclass(frozen=True)
+class _Repeats:
+    """The epochs that ran a config again, and their epochs centred per config: what
+    the decay is read from, the same for every curve a fit tries (finding them for each
+    of its 40 was a tenth of a decision)."""
+
+    groups: tuple[np.ndarray, ...]
+    centred_epochs: np.ndarray
+    spread: float
+    #: Whether they are enough to read the decay from: ``DECAY_EPOCHS`` epochs spanning
+    #: as many.
+    enough: bool
+
+    @classmethod
+    def of(cls, epochs: np.ndarray, config: np.ndarray) -> _Repeats:
+        centred_epochs = np.zeros(len(epochs))
+        repeated = np.zeros(len(epochs), dtype=bool)
+        groups = []
+        for label in np.unique(config):
+            rows = config == label
+            if rows.sum() >= 2:
+                groups.append(rows)
+                repeated |= rows
+                centred_epochs[rows] = epochs[rows] - epochs[rows].mean()
+        spread = float(np.sum(centred_epochs**2))
+        enough = bool(
+            repeated.sum() >= DECAY_EPOCHS
+            and np.ptp(epochs[repeated]) >= DECAY_EPOCHS - 1
+            and spread
+        )
+        return cls(tuple(groups), centred_epochs, spread, enough)
+
+
 def _phase_line(
-    epochs: np.ndarray, logs: np.ndarray, config: np.ndarray, slope: float
+    epochs: np.ndarray, logs: np.ndarray, repeats: _Repeats, slope: float
 ) -> tuple[float, float]:
     """``(log level at epoch 0, log decay)`` of ``logs`` against ``epochs`` (relative to
     the next epoch).
 
-    The decay is read only from epochs that ran the same ``config`` (a within-config
-    least squares slope), once ``DECAY_EPOCHS`` such epochs span as many, kept between
-    no decay and ``MIN_DECAY``; ``slope`` as given before. Across configs the prior's
-    error and the phase cannot be told apart: a switch to a config the prior overrates
-    (κ/λ ½ where it progresses half as much) read as a steep phase, its residual
-    vanished, and the job stayed on it.
+    The decay is read only from epochs that ran the same config (``repeats``: a
+    within-config least squares slope), once ``DECAY_EPOCHS`` such epochs span as many,
+    kept between no decay and ``MIN_DECAY``; ``slope`` as given before. Across configs
+    the prior's error and the phase cannot be told apart: a switch to a config the prior
+    overrates (κ/λ ½ where it progresses half as much) read as a steep phase, its
+    residual vanished, and the job stayed on it.
     """
-    centred_epochs, centred_logs = np.zeros(len(epochs)), np.zeros(len(epochs))
-    repeated = np.zeros(len(epochs), dtype=bool)
-    for label in np.unique(config):
-        rows = config == label
-        if rows.sum() >= 2:
-            repeated |= rows
-            centred_epochs[rows] = epochs[rows] - epochs[rows].mean()
+    if repeats.enough:
+        centred_logs = np.zeros(len(epochs))
+        for rows in repeats.groups:
             centred_logs[rows] = logs[rows] - logs[rows].mean()
-    spread = float(np.sum(centred_epochs**2))
-    if repeated.sum() >= DECAY_EPOCHS and np.ptp(epochs[repeated]) >= DECAY_EPOCHS - 1 and spread:
-        fitted = float(np.sum(centred_epochs * centred_logs)) / spread
+        fitted = float(np.sum(repeats.centred_epochs * centred_logs)) / repeats.spread
         slope = min(0.0, max(math.log(MIN_DECAY), fitted))
     return float(np.mean(logs - slope * epochs)), slope
 
