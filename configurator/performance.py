@@ -633,8 +633,8 @@ def _same_config(configs: list[EpochConfig], samples: np.ndarray) -> np.ndarray:
 @dataclass(frozen=True)
 class _Repeats:
     """The epochs that ran a config again, and their epochs centred per config: what
-    the decay is read from, the same for every curve a fit tries (finding them for each
-    of its 40 was a tenth of a decision)."""
+    the decay is read from, the same for every curve a fit tries (found for each of its
+    40, a recalibration on 200 epochs took 3.2 ms; found once, 1.8)."""
 
     groups: tuple[np.ndarray, ...]
     centred_epochs: np.ndarray
