@@ -17,15 +17,15 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    share of the time its earlier epochs saved that a job ahead of schedule spends). The
    incumbent is the feasible candidate with the best posterior-mean cost per progress;
    the pick is the largest log constrained expected improvement over it among feasible
-   candidates not more than ``explore_slack`` dearer at the 90th percentile of their posterior
-   (safe, cost-aware exploration). Once a few epochs ran, the latency posterior is
-   widened until it holds the job's own epochs (split-conformal). The first
-   epoch is the prior's best feasible candidate. When nothing is likely on time this
-   epoch (a switch's cold starts, every container in the first epoch), the pick is
-   the cheapest candidate likely on time once warm, at the share its own late epoch
-   leaves to the others. Changing memory or λ costs cold
-   containers: the prior charges them to the epoch that switches (amortised over the
-   epochs left in the objective), and a switch must also promise ``switch_gain``.
+   candidates not more than ``explore_slack`` dearer at the 90th percentile of their
+   posterior (safe, cost-aware exploration). Once a few epochs ran, the latency
+   posterior is widened until it holds the job's own epochs (split-conformal). The
+   first epoch is the prior's best feasible candidate. When nothing is likely on time
+   this epoch (a switch's cold starts, every container in the first epoch), the pick
+   is the cheapest candidate likely on time once warm, at the share its own late
+   epoch leaves to the others. Changing memory or λ costs cold containers: the prior
+   charges them to the epoch that switches (amortised over the epochs left in the
+   objective), and a switch must also promise ``switch_gain``.
 5. **Refit off the critical path.** Hyper-parameters are refitted on a thread while the
    epoch runs (on a growing schedule: 1, 2, 3, 5, 8, ... points); ``propose`` only
    conditions the GPs on the newest epoch and ranks.
