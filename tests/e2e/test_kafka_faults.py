@@ -14,6 +14,7 @@ import pytest
 
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.launcher import ServerProcess, free_port
+from service.app import RETRAIN_SHUTDOWN_GRACE_S
 from service.store import Database
 from service.store.events import count_events
 from service.store.offsets import load_offsets
@@ -67,7 +68,9 @@ def test_kill_9_of_the_consumer_loses_and_duplicates_nothing(tmp_path: Path) -> 
             time.sleep(1.0)  # anything read twice would show up now
         finally:
             consumer.terminate()
-            consumer.wait(timeout=30)
+            # A retraining job the caught-up consumer started may hold the stop for
+            # its grace; the stop must come within that and a flush.
+            consumer.wait(timeout=RETRAIN_SHUTDOWN_GRACE_S + 30)
         assert stored() == TOTAL
         with db.connect() as conn:
             assert sum(load_offsets(conn, "events").values()) == TOTAL
