@@ -22,6 +22,7 @@ import jsonschema
 import pytest
 import yaml
 
+from service.app import RETRAIN_SHUTDOWN_GRACE_S
 from service.metrics import Metrics
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,6 +95,18 @@ def test_the_image_runs_unprivileged_and_creates_its_first_admin_key() -> None:
     assert command is not None
     assert "driftline keys create admin --scope admin --if-absent" in command.group(1)
     assert "exec driftline serve" in command.group(1)
+
+
+def test_driftline_containers_are_given_time_to_stop_cleanly() -> None:
+    """Docker kills 10 s after its SIGTERM by default; a stopping service gives a running
+    retraining job ``RETRAIN_SHUTDOWN_GRACE_S`` and then flushes."""
+    services = _compose()["services"]
+    driftline = [s for s in services.values() if s.get("image", "").startswith("driftline:")]
+    assert len(driftline) >= 3
+    for service in driftline:
+        grace = service.get("stop_grace_period", "10s")
+        assert re.fullmatch(r"\d+s", grace), grace
+        assert int(grace[:-1]) >= RETRAIN_SHUTDOWN_GRACE_S + 10
 
 
 def _promtool(*args: str) -> subprocess.CompletedProcess[str]:
