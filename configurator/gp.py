@@ -96,6 +96,11 @@ def surrogate_inputs(output: str, x: np.ndarray) -> np.ndarray:
 #: how many recent ones it looks at.
 CALIBRATION_EPOCHS = 5
 CALIBRATION_WINDOW = 20
+#: Epochs' worth of the model's own interval (a widening of 1) the job's errors are
+#: pooled with. The 90th percentile of five errors is nearly their largest: one
+#: straggler among a job's first epochs tripled every later interval, nothing was
+#: likely on time any more, and the job fell back to its fastest, dearest configs.
+CALIBRATION_PRIOR_EPOCHS = 10
 #: Log-latency within which the fallback deems two rows equally late (2 %).
 LATENESS_TIE = 0.02
 #: z of a two-sided 90 % interval (its upper end is the 95th percentile).
@@ -452,7 +457,8 @@ class GpOptConfigurator(Configurator):
         """How much wider the latency posterior must be to hold this job's own epochs:
         the 90th percentile of their standardised errors over the normal's, at least 1,
         once ``CALIBRATION_EPOCHS`` epochs were decided here (a split-conformal
-        correction of the interval).
+        correction of the interval), pooled with ``CALIBRATION_PRIOR_EPOCHS`` epochs'
+        worth of the model's own percentile so that a few errors move it by little.
 
         The analytic order statistic is exact only for the slowdowns it assumes; until
         a job's records show the fleet's tail (a job of one or two workers an epoch
@@ -470,7 +476,9 @@ class GpOptConfigurator(Configurator):
                 errors.append(math.log(observed.duration_s / decision.latency_s) / sd)
         if len(errors) < CALIBRATION_EPOCHS:
             return 1.0
-        return max(1.0, float(np.quantile(errors, 0.9)) / Z90)
+        n, prior = len(errors), CALIBRATION_PRIOR_EPOCHS
+        quantile = (n * float(np.quantile(errors, 0.9)) + prior * Z90) / (n + prior)
+        return max(1.0, quantile / Z90)
 
     def _decide(
         self, scored: _Scored, history: Sequence[Observation], epoch: int
