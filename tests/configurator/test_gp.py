@@ -14,6 +14,7 @@ import torch
 from configurator import EpochConfig, History, JobContext, Observation, SearchSpace, WorkerRun
 from configurator.acquisition import log_constrained_ei, log_h
 from configurator.gp import (
+    CALIBRATION_EPOCHS,
     Z95,
     GpOptConfigurator,
     GpOptSettings,
@@ -300,6 +301,23 @@ def test_the_latency_interval_widens_until_it_holds_the_jobs_own_epochs() -> Non
         for d, o in zip(erratic.decisions[6:], histories[id(erratic)][6:], strict=True)
     ]
     assert np.mean(inside) >= 0.5
+
+
+def test_one_straggling_epoch_among_the_first_barely_widens_the_interval() -> None:
+    """Five errors alone put the 90th percentile at nearly the largest: one epoch three
+    times slower than predicted used to widen every later interval about threefold."""
+    rng = np.random.default_rng(11)
+    truth = EpochModel.prior()
+    space = replace(SPACE, workers=(16,), sync_ratio=(0.5,))
+    configurator = GpOptConfigurator(DEFAULT, _context(), GpOptSettings(background=False), space)
+    history: list[Observation] = []
+    for t in range(CALIBRATION_EPOCHS + 1):
+        config = configurator.propose(t, history)
+        epoch = _observe(truth, config, 1.0 - 0.02 * t, rng)
+        scale = 3.0 if t == 2 else 1.0
+        history.append(replace(epoch, duration_s=epoch.duration_s * scale))
+    widening = configurator.decisions[-1].extra["latency_widening"]
+    assert 1.0 < widening < 1.8
 
 
 def test_exploration_skips_candidates_that_could_be_far_dearer_than_the_incumbent() -> None:
