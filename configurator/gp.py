@@ -98,7 +98,7 @@ CALIBRATION_EPOCHS = 5
 CALIBRATION_WINDOW = 20
 #: Epochs' worth of the model's own interval (a widening of 1) the job's errors are
 #: pooled with. The 90th percentile of five errors is nearly their largest: one
-#: straggler among a job's first epochs tripled every later interval, nothing was
+#: straggler among a job's first epochs widened every later one 2-3 times, nothing was
 #: likely on time any more, and the job fell back to its fastest, dearest configs.
 CALIBRATION_PRIOR_EPOCHS = 10
 #: Log-latency within which the fallback deems two rows equally late (2 %).

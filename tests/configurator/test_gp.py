@@ -305,7 +305,7 @@ def test_the_latency_interval_widens_until_it_holds_the_jobs_own_epochs() -> Non
 
 def test_one_straggling_epoch_among_the_first_barely_widens_the_interval() -> None:
     """Five errors alone put the 90th percentile at nearly the largest: one epoch three
-    times slower than predicted used to widen every later interval about threefold."""
+    times slower than predicted used to widen every later interval more than twofold."""
     rng = np.random.default_rng(11)
     truth = EpochModel.prior()
     space = replace(SPACE, workers=(16,), sync_ratio=(0.5,))
