@@ -46,11 +46,6 @@ from service.stream.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
 
-#: Seconds a stopping service gives a running retraining job to finish and publish
-#: before it exits without it (the job's events are stored; a later trigger retrains
-#: on them). A supervisor's stop timeout must allow this plus a flush.
-RETRAIN_SHUTDOWN_GRACE_S = 30.0
-
 
 def _freeze_startup_objects() -> None:
     """Take what start-up built out of the garbage collector's reach.
@@ -118,10 +113,7 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
         if app.state.consumer is not None:
             app.state.consumer.stop()
             app.state.consumer_thread.join(timeout=30)
-        pipeline.retrainer.wait(timeout=RETRAIN_SHUTDOWN_GRACE_S)
-        pipeline.retrainer.close()
-        pipeline.flush()
-        pipeline.notifier.stop()
+        pipeline.shut_down()
         pipeline.db.dispose()
 
     def start_consumer(pipeline: Pipeline) -> EventConsumer:

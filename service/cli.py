@@ -208,7 +208,7 @@ def consume(settings: Settings) -> None:
     """Consume Kafka into the event store (and the pipeline) without serving HTTP."""
     import signal
 
-    from service.app import RETRAIN_SHUTDOWN_GRACE_S, build_pipeline, consumer_for
+    from service.app import build_pipeline, consumer_for
 
     if not settings.kafka_bootstrap:
         raise typer.BadParameter("--kafka-bootstrap (or DRIFTLINE_KAFKA_BOOTSTRAP) is required")
@@ -229,9 +229,7 @@ def consume(settings: Settings) -> None:
         consumer.stop()
     finally:
         pipeline.stop_following()
-        pipeline.retrainer.wait(timeout=RETRAIN_SHUTDOWN_GRACE_S)
-        pipeline.flush()
-        pipeline.notifier.stop()
+        pipeline.shut_down()
 
 
 app.command("serve")(with_settings_flags(serve))

@@ -69,6 +69,11 @@ from service.stream.ranking import PrequentialRanking
 
 log = logging.getLogger(__name__)
 
+#: Seconds a stopping service gives a running retraining job to finish and publish
+#: before it exits without it (the job's events are stored; a later trigger retrains
+#: on them). A supervisor's stop timeout must allow this plus a flush.
+RETRAIN_SHUTDOWN_GRACE_S = 30.0
+
 #: A hot swap folds in the events stored while it replayed, round after round outside the
 #: ingest lock, until a round finds at most this many; only that tail runs under the lock.
 _SWAP_TAIL_EVENTS = 2_000
@@ -782,6 +787,15 @@ class Pipeline:
         if self._follower is not None:
             self._follower.join(timeout=30)
             self._follower = None
+
+    def shut_down(self) -> None:
+        """Stop once nothing feeds it any more: a running retraining job gets
+        ``RETRAIN_SHUTDOWN_GRACE_S`` to publish, the workers' processes stop, the
+        heartbeats not yet saved are written and notifications stop."""
+        self.retrainer.wait(timeout=RETRAIN_SHUTDOWN_GRACE_S)
+        self.retrainer.close()
+        self.flush()
+        self.notifier.stop()
 
     def _follow(self, every: float | None) -> None:
         published, polled = self.retrainer.published, time.monotonic()

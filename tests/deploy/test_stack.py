@@ -22,8 +22,8 @@ import jsonschema
 import pytest
 import yaml
 
-from service.app import RETRAIN_SHUTDOWN_GRACE_S
 from service.metrics import Metrics
+from service.stream.pipeline import RETRAIN_SHUTDOWN_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"
