@@ -5,6 +5,7 @@ never adapts)."""
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -14,8 +15,15 @@ import numpy as np
 import pytest
 
 from benchmarks.bench.configurator import METHODS, Run, _Ledger, run_configurator, scenarios
-from benchmarks.gpopt.progress import ProgressTable, measure_progress
+from benchmarks.gpopt.progress import (
+    RATIOS,
+    WORKERS,
+    ProgressTable,
+    measure_progress,
+    phase_decay,
+)
 from configurator.space import SearchSpace
+from retrain.sync import SyncPolicy
 
 SPACE = SearchSpace(
     memory_mb=(512, 1769, 3538),
@@ -153,3 +161,25 @@ def test_an_epochs_noise_is_the_same_in_every_process() -> None:
         for salt in ("1", "2")
     }
     assert len(keys) == 1
+
+
+def test_every_measured_sync_ratio_runs_as_a_whole_kappa() -> None:
+    """A ratio some measured λ rounds up to another κ is refused: at λ = 2, κ/λ ¾ ran
+    κ = 2 of 2 and the table read it as synchronous. The defaults cover the search
+    space's ratios, each a whole κ at every measured λ."""
+    with pytest.raises(ValueError, match="κ/λ 0.75 at λ = 2 runs κ = 2"):
+        measure_progress(SPACE, window=2_000, workers=(2, 8), ratios=(0.75, 1.0))
+    assert set(SearchSpace().sync_ratio) <= set(RATIOS)
+    for workers in WORKERS:
+        for ratio in RATIOS:
+            assert SyncPolicy.selective(ratio).kappa(workers) == ratio * workers
+
+
+def test_the_phase_decay_is_read_from_synchronous_configs() -> None:
+    """Second epochs of κ < λ fold in the first's late updates and can outgrow it;
+    the decay comes from the synchronous configs alone."""
+    ratios = (0.5, 1.0)
+    first = np.full((2, 1, 1, 2), 0.10)
+    second = np.stack([np.full((2, 1, 1), 0.12), np.full((2, 1, 1), 0.09)], axis=-1)
+    assert phase_decay(first, second, ratios) == pytest.approx(0.9)
+    assert phase_decay(first, second, (0.5, 0.75)) == pytest.approx(math.sqrt(1.2 * 0.9))
