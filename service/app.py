@@ -5,6 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import threading
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -42,7 +43,7 @@ from service.metrics import Metrics
 from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database, is_unavailable
-from service.stream.pipeline import Pipeline
+from service.stream.pipeline import RETRAIN_SHUTDOWN_GRACE_S, Pipeline
 
 log = logging.getLogger(__name__)
 
@@ -108,12 +109,15 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
         if freeze_startup:
             _freeze_startup_objects()
         yield
+        # One grace for the whole stop: the consumer's batch and a running job share it,
+        # so a supervisor's stop timeout (RETRAIN_SHUTDOWN_GRACE_S plus a flush) holds.
+        stopping = time.monotonic()
         pipeline.stop_following()
         app.state.access.ring.stop()
         if app.state.consumer is not None:
             app.state.consumer.stop()
-            app.state.consumer_thread.join(timeout=30)
-        pipeline.shut_down()
+            app.state.consumer_thread.join(timeout=RETRAIN_SHUTDOWN_GRACE_S)
+        pipeline.shut_down(RETRAIN_SHUTDOWN_GRACE_S - (time.monotonic() - stopping))
         pipeline.db.dispose()
 
     def start_consumer(pipeline: Pipeline) -> EventConsumer:

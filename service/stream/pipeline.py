@@ -69,9 +69,10 @@ from service.stream.ranking import PrequentialRanking
 
 log = logging.getLogger(__name__)
 
-#: Seconds a stopping service gives a running retraining job to finish and publish
-#: before it exits without it (the job's events are stored; a later trigger retrains
-#: on them). A supervisor's stop timeout must allow this plus a flush.
+#: Seconds a stopping service waits in all, for its Kafka consumer's batch and then a
+#: running retraining job to finish and publish, before it exits without them (the
+#: job's events are stored; a later trigger retrains on them). A supervisor's stop
+#: timeout must allow this plus a flush.
 RETRAIN_SHUTDOWN_GRACE_S = 30.0
 
 #: A hot swap folds in the events stored while it replayed, round after round outside the
@@ -788,13 +789,19 @@ class Pipeline:
             self._follower.join(timeout=30)
             self._follower = None
 
-    def shut_down(self) -> None:
+    def shut_down(self, grace_s: float = RETRAIN_SHUTDOWN_GRACE_S) -> None:
         """Stop once nothing feeds it any more: a running retraining job gets
-        ``RETRAIN_SHUTDOWN_GRACE_S`` to publish, the workers' processes stop, the
-        heartbeats not yet saved are written and notifications stop."""
-        self.retrainer.wait(timeout=RETRAIN_SHUTDOWN_GRACE_S)
-        self.retrainer.close()
+        ``grace_s`` to publish (what is left of ``RETRAIN_SHUTDOWN_GRACE_S`` once
+        whatever fed it has stopped), the heartbeats not yet saved are written, the
+        workers' processes stop and notifications stop.
+
+        The heartbeats are written before the runtimes close: closing waits for the
+        invocations in flight, which a job past its grace still has, and a supervisor
+        kills the process when its stop timeout runs out.
+        """
+        self.retrainer.wait(timeout=max(0.0, grace_s))
         self.flush()
+        self.retrainer.close()
         self.notifier.stop()
 
     def _follow(self, every: float | None) -> None:

@@ -146,6 +146,41 @@ class _Gate:
         return worker(event, context)
 
 
+def test_shutting_down_saves_the_heartbeats_once_a_running_job_has_had_its_grace(
+    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+) -> None:
+    """A stopping service shares one grace between its consumer's batch and a running
+    job. Past it, the heartbeats are written before the runtimes close: closing waits
+    for the job's invocations in flight, and a supervisor's stop timeout may run out
+    first."""
+    pipeline = make_pipeline(background=True, bootstrap_events=10**6, retrain_workers=2)
+    pipeline.ingest(events[:300])
+    flushed = threading.Event()
+    flush = pipeline.flush
+
+    def watched_flush(*args: Any, **kwargs: Any) -> list[int]:
+        ids = flush(*args, **kwargs)
+        flushed.set()
+        return ids
+
+    pipeline.flush = watched_flush  # type: ignore[method-assign]
+    gate = _Gate(worker_index=1)
+    pipeline.retrainer._runtimes["thread"] = ThreadRuntime(handler=gate, concurrency=4)
+    stopping = threading.Thread(target=pipeline.shut_down, kwargs={"grace_s": 0.5})
+    try:
+        job_id = pipeline.retrain_now()
+        _until(gate.held.is_set, "the job's worker to be held")
+        stopping.start()
+        _until(flushed.is_set, "the heartbeats to be written")
+        running = _job(pipeline, job_id)["status"] not in ENDED
+    finally:
+        gate.release.set()
+        if stopping.is_alive():
+            stopping.join(WAIT_S)
+    assert running  # written while the job was still held: the grace ended the wait
+    assert not stopping.is_alive()
+
+
 def test_publishing_does_not_wait_for_stragglers_which_are_billed_when_they_finish(
     make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
 ) -> None:
