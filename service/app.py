@@ -111,13 +111,13 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
         yield
         # One grace for the whole stop: the consumer's batch and a running job share it,
         # so a supervisor's stop timeout (RETRAIN_SHUTDOWN_GRACE_S plus a flush) holds.
-        stopping = time.monotonic()
+        deadline = time.monotonic() + RETRAIN_SHUTDOWN_GRACE_S
         pipeline.stop_following()
         app.state.access.ring.stop()
         if app.state.consumer is not None:
             app.state.consumer.stop()
-            app.state.consumer_thread.join(timeout=RETRAIN_SHUTDOWN_GRACE_S)
-        pipeline.shut_down(RETRAIN_SHUTDOWN_GRACE_S - (time.monotonic() - stopping))
+            app.state.consumer_thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        pipeline.shut_down(deadline - time.monotonic())
         pipeline.db.dispose()
 
     def start_consumer(pipeline: Pipeline) -> EventConsumer:
