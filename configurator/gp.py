@@ -101,6 +101,8 @@ CALIBRATION_WINDOW = 20
 #: straggler among a job's first epochs widened every later one 2-3 times, nothing was
 #: likely on time any more, and the job fell back to its fastest, dearest configs.
 CALIBRATION_PRIOR_EPOCHS = 10
+#: Epochs over which a fallback weighs a switch's late epoch against a stay's risk.
+FALLBACK_HORIZON = 5
 #: Log-latency within which the fallback deems two rows equally late (2 %).
 LATENESS_TIE = 0.02
 #: z of a two-sided 90 % interval (its upper end is the 95th percentile).
@@ -149,15 +151,12 @@ class GpOptSettings:
         of it sets the next epochs at the edge of a share that has grown: under a 0.9
         constraint about one in ten of them runs late, though the job as a whole meets
         its deadline. Less than 1 keeps the rest in reserve (for a window that jumps, a
-        run of stragglers) at some cost. On the configurator benchmark (GP-OPT against
-        the oracle, 4 seeds × 30 epochs) 1 / 0.75 / 0.5 / 0.25 gave epochs past their
-        share 7.6 / 6.6 / 5.6 / 4.6 % (after the first, all cold: 6.2 / 5.2 / 4.1 /
-        3.2 %; the oracle's 3.5 %), median job cost over the oracle's 1.10 / 1.16 / 1.12
-        / 1.15 and median regret at epoch 10 0.009 / 0.009 / 0.021 / 0.118. On 30 seeds
-        × 50 epochs 0.5 against 1: 5.2 % late against 7.2 %, cost 1.20 against 1.17 ×
-        the oracle's, median regret at epoch 20 0.066 against 0.000 (BENCHMARKS.md
-        "configurator"): the reserve makes epochs punctual and the search worse, so
-        by default a job spends what it saved.
+        run of stragglers) at some cost. On the configurator benchmark (GP-OPT, the
+        static default and the oracle on seeds 0-11 × 50 epochs of its nine scenarios,
+        BENCHMARKS.md "configurator") 1 / 0.5 / 0.4 gave epochs past their share 7.0 /
+        5.5 / 5.2 % (the oracle's 4.5 %), a job's saving against the static default at
+        the loss that one reaches 24 / 31 / 31 %, median regret at epoch 5 0.084 / 0.087
+        / 0.098 and at epoch 20 0 / 0.020 / 0.037.
     """
 
     confidence: float = 0.9
@@ -170,7 +169,7 @@ class GpOptSettings:
     background: bool = True
     refit_growth: float = 1.5
     min_improvement: float = 0.1
-    slack_spend: float = 1.0
+    slack_spend: float = 0.5
 
     def __post_init__(self) -> None:
         if not 0.5 <= self.confidence < 1:
@@ -302,7 +301,7 @@ class GpOptConfigurator(Configurator):
         steady = model.predict(
             self._grid, context, samples=samples, previous=self._grid, same_latency=groups
         )
-        rows = self._prune(now, steady, deadline)
+        rows = self._prune(now, steady, deadline, previous)
         scored = self._score(rows, now, steady, history, samples, epoch, deadline, budget)
         pick, reason, considered = self._decide(scored, history, epoch)
         config = self._grid.config(int(scored.rows[pick]))
@@ -331,10 +330,17 @@ class GpOptConfigurator(Configurator):
             budget = max(context.budget_usd - spent, 1e-12) / left
         return deadline, budget
 
-    def _prune(self, now: Prediction, steady: Prediction, deadline: float) -> np.ndarray:
+    def _prune(
+        self,
+        now: Prediction,
+        steady: Prediction,
+        deadline: float,
+        current: EpochConfig | None = None,
+    ) -> np.ndarray:
         """Rows worth scoring, at most ``keep``: the cheapest rows the prior alone deems
         likely on time (a quarter of the places for rows on time even after a switch, a
-        quarter for rows on time once warm, ``_fallback``'s when no row is on time now),
+        quarter for rows on time once warm, ``_fallback``'s when no row is on time now,
+        and a quarter for rows that keep the current memory and λ, which it weighs too),
         then the cheapest of the rest that are within the time limit, not infeasible
         with high probability and not ε-dominated.
 
@@ -348,10 +354,15 @@ class GpOptConfigurator(Configurator):
         quarter = max(1, self.settings.keep // 4)
         on_time = self._likely_on_time(now, steady, deadline) & within_limit
         once_warm = self._likely_on_time(steady, steady, deadline) & within_limit & ~on_time
+        staying = np.zeros(len(on_time), dtype=bool)
+        if current is not None:
+            staying = self._keeps(np.arange(len(on_time)), current) & within_limit
+            staying &= ~on_time & ~once_warm
         sure = np.concatenate(
             [
                 _cheapest(objective, np.flatnonzero(on_time), quarter),
                 _cheapest(objective, np.flatnonzero(once_warm), quarter),
+                _cheapest(objective, np.flatnonzero(staying), quarter),
             ]
         )[: self.settings.keep]
         epistemic = self._prior_sd("latency")
@@ -487,7 +498,8 @@ class GpOptConfigurator(Configurator):
         settings = self.settings
         safe = np.flatnonzero(scored.p_feasible >= settings.confidence)
         if not len(safe):
-            return self._fallback(scored)
+            left = max(1, self.context.max_epochs - epoch) if self.context else 1
+            return self._fallback(scored, left, history[-1].config if history else None)
         incumbent = int(safe[np.argmin(scored.objective[safe])])
         explore = settings.use_gp and epoch > 0
         if not explore:
@@ -519,20 +531,40 @@ class GpOptConfigurator(Configurator):
             pick, reason = self._hysteresis(scored, safe, pick, reason, history[-1].config)
         return pick, reason, len(near)
 
-    def _fallback(self, scored: _Scored) -> tuple[int, str, int]:
+    def _fallback(
+        self, scored: _Scored, left: int, current: EpochConfig | None
+    ) -> tuple[int, str, int]:
         """The pick when nothing meets this epoch's share with confidence.
 
         Where a config would once it follows itself, the cheapest such: a switch's cold
         starts make this epoch late, but every later one can be on time. On a tight
         deadline that is the usual case, first epoch included (every container is
         cold); staying instead on whatever is least late now keeps a job late, or
-        nearly, for good. Otherwise the least late at the same confidence, not the
-        likeliest to be on time (that favours the wildest).
+        nearly, for good. The current memory and λ compete too, without a switch's
+        late epoch: over the next ``FALLBACK_HORIZON`` epochs (fewer when fewer are
+        left), a row that keeps them qualifies if it is expected late no more often
+        than a switch is, in its one cold epoch and the chance constraint's share of
+        the rest. Near the constraint's edge a recalibration moves a config just under
+        it and the next just over; switching away each time cost a cold, late epoch,
+        and on tight deadlines jobs alternated so for their first ten epochs, half of
+        them late. Otherwise the least late at the same confidence, not the likeliest
+        to be on time (that favours the wildest).
         """
-        staying = np.flatnonzero(scored.p_staying >= self.settings.confidence)
-        if len(staying):
-            pick = int(staying[np.argmin(scored.objective[staying])])
-            return pick, "none likely feasible now: the cheapest feasible once warm", len(staying)
+        confidence = self.settings.confidence
+        warm = scored.p_staying >= confidence
+        stays = np.zeros(len(warm), dtype=bool)
+        horizon = min(left, FALLBACK_HORIZON)
+        if current is not None and horizon > 1:
+            # Late epochs expected over the horizon: this one, then following itself.
+            late = (1 - scored.p_feasible) + (horizon - 1) * (1 - scored.p_staying)
+            allowed = 1 + (horizon - 1) * (1 - confidence)  # a switch's late epoch, then ε
+            stays = self._keeps(scored.rows, current) & (late <= allowed)
+        fit = np.flatnonzero(warm | stays)
+        if len(fit):
+            pick = int(fit[np.argmin(scored.objective[fit])])
+            if stays[pick]:
+                return pick, "none likely feasible now: kept memory and λ, nearly on time", len(fit)
+            return pick, "none likely feasible now: the cheapest feasible once warm", len(fit)
         upper = scored.lat + Z90 * scored.lat_sd
         # Rows alike in latency (they differ in learning rate or batch size alone) are
         # told apart by what they achieve, not by their order in the grid.
@@ -540,18 +572,18 @@ class GpOptConfigurator(Configurator):
         pick = int(close[np.argmin(scored.objective[close])])
         return pick, "none likely feasible: the least late at 90 %", 0
 
+    def _keeps(self, rows: np.ndarray, current: EpochConfig) -> np.ndarray:
+        """Per row, whether it keeps ``current``'s memory and λ (no container to start)."""
+        grid = self._grid
+        return (grid.memory_mb[rows] == current.memory_mb) & (grid.workers[rows] == current.workers)
+
     def _hysteresis(
         self, scored: _Scored, safe: np.ndarray, pick: int, reason: str, current: EpochConfig
     ) -> tuple[int, str]:
         """Keep the current memory and λ unless the pick promises ``switch_gain``."""
-        grid = self._grid
-        picked = int(scored.rows[pick])
-        if grid.memory_mb[picked] == current.memory_mb and grid.workers[picked] == current.workers:
+        if self._keeps(scored.rows[[pick]], current)[0]:
             return pick, reason
-        rows = scored.rows[safe]
-        same = safe[
-            (grid.memory_mb[rows] == current.memory_mb) & (grid.workers[rows] == current.workers)
-        ]
+        same = safe[self._keeps(scored.rows[safe], current)]
         if not len(same):
             return pick, reason
         stay = int(same[np.argmin(scored.objective[same])])
