@@ -313,13 +313,19 @@ class GpOptConfigurator(Configurator):
         self._schedule_refit(history, model)
         return config
 
+    def _epochs_left(self, epoch: int) -> int:
+        """Epochs the job has left, this one included (at least one: a job may overrun
+        ``max_epochs``)."""
+        assert self.context is not None  # propose() answers the default without one
+        return max(1, self.context.max_epochs - epoch)
+
     def _shares(self, epoch: int, history: Sequence[Observation]) -> tuple[float, float]:
         """This epoch's share of the time and money left: what is left over the epochs
         left (a job may stop early, so this errs on the safe side), of which a job ahead
         of its schedule spends ``slack_spend`` of what it saved."""
         context = self.context
         assert context is not None
-        left = max(1, context.max_epochs - epoch)
+        left = self._epochs_left(epoch)
         elapsed = sum(o.duration_s for o in history)
         deadline = max(context.latency_cap_s - elapsed, 1e-3) / left
         nominal = context.latency_cap_s / context.max_epochs
@@ -435,7 +441,7 @@ class GpOptConfigurator(Configurator):
             steady_lat = steady_lat + shifts["latency"]
             steady_cost = steady_cost + shifts["cost"]
             progress = progress + shifts["progress"]
-        left = max(1, self.context.max_epochs - epoch)
+        left = self._epochs_left(epoch)
         switching = np.log1p(np.maximum(np.exp(cost - steady_cost) - 1.0, 0.0) / left)
         objective = steady_cost + switching - progress
         objective_sd = np.sqrt(epi["cost"] + epi["progress"])
@@ -499,8 +505,8 @@ class GpOptConfigurator(Configurator):
         settings = self.settings
         safe = np.flatnonzero(scored.p_feasible >= settings.confidence)
         if not len(safe):
-            left = max(1, self.context.max_epochs - epoch) if self.context else 1
-            return self._fallback(scored, left, history[-1].config if history else None)
+            current = history[-1].config if history else None
+            return self._fallback(scored, self._epochs_left(epoch), current)
         incumbent = int(safe[np.argmin(scored.objective[safe])])
         explore = settings.use_gp and epoch > 0
         if not explore:
