@@ -295,12 +295,13 @@ class GpOptConfigurator(Configurator):
             self._condition(history, model, optimise=False)
         previous = history[-1].config if history else None
         deadline, budget = self._shares(epoch, history)
-        groups = self._latency_groups
-        now = model.predict(
-            self._grid, context, samples=samples, previous=previous, same_latency=groups
-        )
-        steady = model.predict(
-            self._grid, context, samples=samples, previous=self._grid, same_latency=groups
+        # Each row following itself, then after the current config.
+        steady, now = model.predict_after(
+            self._grid,
+            context,
+            (self._grid, previous),
+            samples=samples,
+            same_latency=self._latency_groups,
         )
         rows = self._prune(now, steady, deadline, previous)
         scored = self._score(rows, now, steady, history, samples, epoch, deadline, budget)

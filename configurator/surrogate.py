@@ -261,7 +261,7 @@ class GpytorchSurrogate:
         # L⁻¹ once per conditioning: each prediction's variance is then a triangular
         # matrix product (BLAS trmm, half a full product's work) rather than a
         # triangular solve against every candidate. Column-major, as BLAS takes it.
-        self._chol_inverse = np.asfortranarray(_solve_lower(chol, np.eye(len(chol))))
+        self._chol_inverse = _lower_inverse(chol)
 
     def predict(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         m = len(x)
@@ -279,10 +279,15 @@ class GpytorchSurrogate:
         return mean, var
 
 
-def _solve_lower(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
-    from scipy.linalg import solve_triangular
+def _lower_inverse(lower: np.ndarray) -> np.ndarray:
+    """``lower⁻¹``, column-major (LAPACK trtri: half the work of solving against the
+    identity, a millisecond per output of a decision with 200 observations)."""
+    from scipy.linalg import lapack
 
-    return solve_triangular(chol, b, lower=True, check_finite=False)
+    inverse, info = lapack.dtrtri(lower, lower=1)
+    if info != 0:
+        raise np.linalg.LinAlgError(f"triangular inverse failed (info {info})")
+    return np.asfortranarray(np.tril(inverse))
 
 
 def _lower_times(lower: np.ndarray, b: np.ndarray) -> np.ndarray:

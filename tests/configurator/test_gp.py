@@ -4,7 +4,7 @@ cached GP predictions equal to gpytorch's, pruning, warm start, acquisition."""
 from __future__ import annotations
 
 import math
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -537,6 +537,23 @@ def test_latency_solved_once_per_group_equals_every_row_solved() -> None:
         grouped = model.predict(grid, context, previous=previous, same_latency=groups)
         np.testing.assert_array_equal(grouped.log_latency, every.log_latency)
         np.testing.assert_array_equal(grouped.log_latency_sd, every.log_latency_sd)
+
+
+def test_predicting_after_several_predecessors_equals_predicting_after_each() -> None:
+    """A decision predicts its grid after itself and after the current config at once,
+    solving again only the rows whose cold workers differ: each prediction must be the
+    one a separate call makes, bit for bit."""
+    grid, context = SPACE.grid(), _context()
+    model = replace(EpochModel.prior(), coordinator_s=(0.2, 0.01))
+    groups = latency_groups(grid)
+    for current in (None, DEFAULT, grid.config(len(grid) // 3)):
+        together = model.predict_after(grid, context, (grid, current), same_latency=groups)
+        for previous, joint in zip((grid, current), together, strict=True):
+            alone = model.predict(grid, context, previous=previous, same_latency=groups)
+            for field in fields(alone):
+                np.testing.assert_array_equal(
+                    getattr(joint, field.name), getattr(alone, field.name), err_msg=field.name
+                )
 
 
 def test_with_nothing_on_time_even_once_warm_equal_lateness_is_decided_by_the_objective() -> None:
