@@ -24,7 +24,14 @@ from configurator.gp import (
     surrogate_inputs,
 )
 from configurator.history import KEEP_STORED, PastEpoch, PastJob
-from configurator.performance import Z90, EpochModel, Prediction, latency_groups, recalibrate
+from configurator.performance import (
+    Z90,
+    EpochModel,
+    Prediction,
+    _distinct,
+    latency_groups,
+    recalibrate,
+)
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
 from functions.objectstore import FileObjectStore
@@ -537,6 +544,18 @@ def test_latency_solved_once_per_group_equals_every_row_solved() -> None:
         grouped = model.predict(grid, context, previous=previous, same_latency=groups)
         np.testing.assert_array_equal(grouped.log_latency, every.log_latency)
         np.testing.assert_array_equal(grouped.log_latency_sd, every.log_latency_sd)
+
+
+def test_distinct_rows_map_back_onto_every_row() -> None:
+    """Latency mixtures are solved once per distinct input: each row must get its own
+    combination's solution back, and no combination is solved twice."""
+    rng = np.random.default_rng(3)
+    columns = [rng.integers(0, 3, 500).astype(float), rng.choice([0.5, 0.25], 500)]
+    for rows in (np.arange(500), np.flatnonzero(columns[0] > 0), np.arange(0)):
+        first, inverse = _distinct(rows, *columns)
+        for column in columns:
+            np.testing.assert_array_equal(column[first][inverse], column[rows])
+        assert len({tuple(c[i] for c in columns) for i in first}) == len(first)
 
 
 def test_predicting_after_several_predecessors_equals_predicting_after_each() -> None:
