@@ -294,8 +294,9 @@ class EpochModel:
         positions, progress) is computed once, and a row's latency quantiles are solved
         again only where it has a different number of cold workers than after the first
         predecessor. A decision predicts the grid after the current config and after
-        itself: the two differ only in the rows that keep the current memory, and
-        solving every row's mixture twice was a fifth of the decision's time.
+        itself: the two differ only in the rows that keep the current memory; as two
+        separate predictions they took 15-18 ms of a decision, now 11 (BENCHMARKS.md
+        "configurator").
         """
         samples = context.train_samples if samples is None else samples
         scaled, _ = self.shard_work(cands, context, samples)
