@@ -281,13 +281,14 @@ class GpytorchSurrogate:
 
 def _lower_inverse(lower: np.ndarray) -> np.ndarray:
     """``lower⁻¹``, column-major (LAPACK trtri: half the work of solving against the
-    identity, a millisecond per output of a decision with 200 observations)."""
+    identity, a millisecond per output of a decision with 200 observations). Only its
+    lower triangle is meaningful; :func:`_lower_times` reads no other."""
     from scipy.linalg import lapack
 
     inverse, info = lapack.dtrtri(lower, lower=1)
     if info != 0:
         raise np.linalg.LinAlgError(f"triangular inverse failed (info {info})")
-    return np.asfortranarray(np.tril(inverse))
+    return np.asfortranarray(inverse)
 
 
 def _lower_times(lower: np.ndarray, b: np.ndarray) -> np.ndarray:
