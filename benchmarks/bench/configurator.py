@@ -19,7 +19,9 @@ Reported, medians over seeds and scenarios (spreads as 25th-75th percentiles):
   optimum's, minus one (at least 0: a pick cheaper than the optimum is infeasible, and
   counted in ``violations`` when it runs late);
 * ``violations.<method>``: the share of epochs longer than the deadline share the
-  method was given;
+  method was given; ``violations_by_epoch.<method>.<epochs>``: the same share among a
+  job's first epoch, its 2nd-5th, 6th-10th, 11th-20th and later ones (a job's first
+  epochs are decided on the uncalibrated prior, its later ones on its own records);
 * ``job_cost_usd.<method>`` and ``cost_vs_oracle.<method>``: what a job costs until its
   loss reaches what the oracle's reaches in ``target_epochs`` epochs (a job that never
   gets there is charged all its epochs and counted in ``target_missed``), and its ratio
@@ -86,6 +88,15 @@ METHODS = (
 #: Methods that read earlier jobs' observations: the only ones a warm start changes.
 WARM_METHODS = ("gp", "sklearn_gp")
 REPORTED_EPOCHS = (1, 3, 5, 10, 15, 20, 50)
+#: The stretches of a job, as 1-based first and last epochs, ``violations_by_epoch``
+#: reports the late share of (None: to the job's end).
+EPOCH_STRETCHES: tuple[tuple[int, int | None], ...] = (
+    (1, 1),
+    (2, 5),
+    (6, 10),
+    (11, 20),
+    (21, None),
+)
 SIZES = (10_000, 100_000, 1_000_000)
 #: Users plus items of the model: MovieLens-latest-small's 610 users and 9,724 items.
 MODEL_ROWS = 10_334
@@ -520,6 +531,7 @@ def _report(
     spread: dict[str, dict[str, list[float] | None]] = {}
     curve: dict[str, list[float | None]] = {}
     violations: dict[str, float] = {}
+    by_epoch: dict[str, dict[str, float]] = {}
     to10: dict[str, float | None] = {}
     to5: dict[str, float | None] = {}
     for name in methods:
@@ -535,6 +547,7 @@ def _report(
             if k <= epochs
         }
         violations[name] = float(np.mean([v for r in done for v in r.violated]))
+        by_epoch[name] = _violations_by_epoch(done)
         firsts10 = [_first_below(r.regret, 0.10) for r in done]
         firsts5 = [_first_below(r.regret, 0.05) for r in done]
         to10[name] = _median_epoch(firsts10)
@@ -544,9 +557,22 @@ def _report(
         "regret_spread": spread,
         "regret_curve": curve,
         "violations": violations,
+        "violations_by_epoch": by_epoch,
         "epochs_to_10pct": to10,
         "epochs_to_5pct": to5,
     }
+
+
+def _violations_by_epoch(runs: list[Run]) -> dict[str, float]:
+    """The late share in each of ``EPOCH_STRETCHES`` the runs reached, keyed "1",
+    "2-5", ..., "21+"."""
+    out = {}
+    for first, last in EPOCH_STRETCHES:
+        late = [v for r in runs for v in r.violated[first - 1 : last]]
+        if late:
+            label = str(first) if first == last else f"{first}-{last}" if last else f"{first}+"
+            out[label] = float(np.mean(late))
+    return out
 
 
 def _prediction_quality(runs: list[tuple[Scenario, Run]]) -> dict[str, Any]:

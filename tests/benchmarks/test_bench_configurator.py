@@ -14,7 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.bench.configurator import METHODS, Run, _Ledger, run_configurator, scenarios
+from benchmarks.bench.configurator import (
+    METHODS,
+    Run,
+    _Ledger,
+    _violations_by_epoch,
+    run_configurator,
+    scenarios,
+)
 from benchmarks.gpopt.progress import (
     RATIOS,
     WORKERS,
@@ -60,6 +67,7 @@ def test_every_method_reports_regret_violations_and_cost(figures: dict) -> None:
     for method in METHODS:
         assert set(figures["regret"][method]) == {"1", "3", "5"}
         assert 0.0 <= figures["violations"][method] <= 1.0
+        assert set(figures["violations_by_epoch"][method]) == {"1", "2-5"}
         assert figures["cost_vs_oracle"][method] > 0.0
         assert figures["job_cost_usd"][method] > 0.0
     assert Path(figures["regret_plot"]).stat().st_size > 0
@@ -109,6 +117,14 @@ def test_costs_are_paired_job_by_job_and_the_static_default_is_met_at_its_own_lo
     assert figures["cost_vs_static_same_loss"]["gp"] == pytest.approx(1.0 / 3.0)
     assert figures["gp_saving_vs_static_same_loss"] == pytest.approx(2.0 / 3.0)
     assert figures["deadline_met"]["static"] == 0.0
+
+
+def test_late_epochs_are_reported_by_the_stretch_of_the_job_they_fell_in() -> None:
+    first_late = Run([0.0] * 25, [True] + [False] * 24, [1.0] * 25, [1.0] * 25, [1.0] * 25, [])
+    end_late = Run([0.0] * 25, [False] * 20 + [True] * 5, [1.0] * 25, [1.0] * 25, [1.0] * 25, [])
+    shares = _violations_by_epoch([first_late, end_late])
+    assert shares == {"1": 0.5, "2-5": 0.0, "6-10": 0.0, "11-20": 0.0, "21+": 0.5}
+    assert set(_violations_by_epoch([_job([1.0] * 3, [1.0] * 3)])) == {"1", "2-5"}
 
 
 def test_decision_times_are_measured_next_to_the_naive_prediction() -> None:
