@@ -88,15 +88,15 @@ METHODS = (
 #: Methods that read earlier jobs' observations: the only ones a warm start changes.
 WARM_METHODS = ("gp", "sklearn_gp")
 REPORTED_EPOCHS = (1, 3, 5, 10, 15, 20, 50)
-#: The stretches of a job, as 1-based first and last epochs, ``violations_by_epoch``
-#: reports the late share of (None: to the job's end).
-EPOCH_STRETCHES: tuple[tuple[int, int | None], ...] = (
-    (1, 1),
-    (2, 5),
-    (6, 10),
-    (11, 20),
-    (21, None),
-)
+#: The stretches of a job ``violations_by_epoch`` reports the late share of, by their
+#: 1-based first and last epochs (None: to the job's end).
+EPOCH_STRETCHES: dict[str, tuple[int, int | None]] = {
+    "1": (1, 1),
+    "2-5": (2, 5),
+    "6-10": (6, 10),
+    "11-20": (11, 20),
+    "21+": (21, None),
+}
 SIZES = (10_000, 100_000, 1_000_000)
 #: Users plus items of the model: MovieLens-latest-small's 610 users and 9,724 items.
 MODEL_ROWS = 10_334
@@ -564,13 +564,11 @@ def _report(
 
 
 def _violations_by_epoch(runs: list[Run]) -> dict[str, float]:
-    """The late share in each of ``EPOCH_STRETCHES`` the runs reached, keyed "1",
-    "2-5", ..., "21+"."""
+    """The late share in each of ``EPOCH_STRETCHES`` the runs reached."""
     out = {}
-    for first, last in EPOCH_STRETCHES:
+    for label, (first, last) in EPOCH_STRETCHES.items():
         late = [v for r in runs for v in r.violated[first - 1 : last]]
         if late:
-            label = str(first) if first == last else f"{first}-{last}" if last else f"{first}+"
             out[label] = float(np.mean(late))
     return out
 
