@@ -837,3 +837,73 @@ def test_a_fallback_switch_plans_on_the_share_its_own_late_epoch_leaves() -> Non
     own = prior.predict(Candidates.of([config]), context, previous=config)
     z = (math.log(after) - own.log_latency[0]) / own.log_latency_sd[0]
     assert z >= Z90 - 1e-9
+
+
+def _straggling_model() -> EpochModel:
+    """A fleet where a fifth of the invocations run 3-5× slower: κ = 4 of 6 is late
+    whenever 3 of the 6 straggle, about one epoch in ten, a cliff past the body."""
+    from functions.runtimes.sim import DEFAULT_MODEL
+
+    worker = DEFAULT_MODEL.replace(straggler_p=0.2, straggler_slowdown=(3.0, 5.0))
+    return EpochModel.prior(worker)
+
+
+CLIFF = EpochConfig(batch_size=1024, learning_rate=0.1, workers=6, sync_ratio=0.625, memory_mb=1024)
+
+
+def test_the_order_statistics_own_chance_of_meeting_a_deadline_matches_its_draws() -> None:
+    """``on_time_score`` is P(the κ-th of λ worker durations ≤ the deadline), warm and
+    cold workers mixed, as a normal score: Monte Carlo of that order statistic agrees
+    at deadlines in the body, at the cliff and past it."""
+    from scipy.special import ndtr
+
+    model, context = _straggling_model(), _context()
+    cands = Candidates.of([CLIFF])
+    scaled = float(model.shard_work(cands, context, context.train_samples)[0][0])
+    rng = np.random.default_rng(0)
+    draws = model.slowdowns[rng.integers(len(model.slowdowns), size=(40_000, 6))] * scaled
+    cold = rng.random((40_000, 6)) < 2 / 6  # following itself: λ − κ containers busy
+    kth = np.sort(draws + cold * model.worker.cold_start_s, axis=1)[:, 3]
+    for deadline in np.quantile(kth, [0.5, 0.8, 0.88, 0.93, 0.97]):
+        score = model.on_time_score(cands, context, CLIFF, np.array([math.log(deadline)]))
+        assert float(ndtr(score[0])) == pytest.approx(float(np.mean(kth <= deadline)), abs=0.015)
+
+
+def test_past_a_straggler_cliff_the_chance_constraint_reads_the_tail_not_a_log_normal() -> None:
+    """Between the 90th percentile and the cliff's far side a log-normal through the
+    median and that percentile misses an epoch late half as often as the order
+    statistic is; the configurator's P(on time) is the order statistic's."""
+    from scipy.special import ndtr
+
+    model, context = _straggling_model(), _context()
+    cands = Candidates.of([CLIFF])
+    predicted = model.predict(cands, context, previous=CLIFF)
+    q90 = math.exp(predicted.log_latency[0] + Z90 * predicted.log_latency_sd[0])
+    deadline = 1.3 * q90
+    log_normal = float(
+        ndtr((math.log(deadline) - predicted.log_latency[0]) / predicted.log_latency_sd[0])
+    )
+    exact = float(
+        ndtr(model.on_time_score(cands, context, CLIFF, np.array([math.log(deadline)]))[0])
+    )
+    assert 1 - exact > 2 * (1 - log_normal) > 0.02
+
+    grid = SearchSpace(
+        memory_mb=(1024,),
+        workers=(6,),
+        sync_ratio=(0.625,),
+        batch_size=(1024,),
+        learning_rate=(0.1,),
+    )
+    epochs = 10
+    configurator = GpOptConfigurator(
+        DEFAULT,
+        _context(cap=deadline * epochs, epochs=epochs),
+        GpOptSettings(background=False, use_gp=False, calibrate=False),
+        grid,
+        prior=model,
+    )
+    configurator.propose(1, [Observation(CLIFF, deadline, 1.0, 1e-5, (), 100_000)])
+    decision = configurator.last_decision
+    assert decision is not None
+    assert decision.p_feasible == pytest.approx(exact, abs=0.02)
