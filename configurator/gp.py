@@ -18,8 +18,11 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    incumbent is the feasible candidate with the best posterior-mean cost per progress;
    the pick is the largest log constrained expected improvement over it among feasible
    candidates not more than ``explore_slack`` dearer at the 90th percentile of their
-   posterior (safe, cost-aware exploration). Once a few epochs ran, the latency
-   posterior is widened until it holds the job's own epochs (split-conformal). The
+   posterior (safe, cost-aware exploration). P(on time) is the lower of the latency
+   posterior's (a log-normal) and the order statistic's own under the model's slowdown
+   mixture, which sees the cliff stragglers put past its 90th percentile. Once a few
+   epochs ran, the latency posterior is widened until it holds the job's own epochs
+   (split-conformal). The
    first epoch is the prior's best feasible candidate. When nothing is likely on time
    this epoch (a switch's cold starts, every container in the first epoch), the pick
    is the cheapest candidate likely on time once warm, at the share its own late
