@@ -22,14 +22,14 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    posterior's (a log-normal) and the order statistic's own under the model's slowdown
    mixture, which sees the cliff stragglers put past its 90th percentile. Once a few
    epochs ran, the latency posterior is widened until it holds the job's own epochs
-   (split-conformal). The
-   first epoch is the prior's best feasible candidate. When nothing is likely on time
-   this epoch (a switch's cold starts, every container in the first epoch), the pick
-   is the cheapest candidate likely on time once warm, at the share its own late
-   epoch leaves to the others, or the current memory and λ where they are nearly on
-   time (a switch's late epoch would cost more). Changing memory or λ costs cold
-   containers: the prior charges them to the epoch that switches (amortised over the
-   epochs left in the objective), and a switch must also promise ``switch_gain``.
+   (split-conformal). The first epoch is the prior's best feasible candidate. When
+   nothing is likely on time this epoch (a switch's cold starts, every container in
+   the first epoch), the pick is the cheapest candidate likely on time once warm, at
+   the share its own late epoch leaves to the others, or the current memory and λ
+   where they are nearly on time (a switch's late epoch would cost more). Changing
+   memory or λ costs cold containers: the prior charges them to the epoch that
+   switches (amortised over the epochs left in the objective), and a switch must also
+   promise ``switch_gain``.
 5. **Refit off the critical path.** Hyper-parameters are refitted on a thread while the
    epoch runs (on a growing schedule: 1, 2, 3, 5, 8, ... points); ``propose`` only
    conditions the GPs on the newest epoch and ranks.

@@ -352,8 +352,8 @@ class EpochModel:
         (κ = 4 of 6 is late whenever 3 of the 6 straggle) that log-normal says an epoch
         is hardly ever much later than its 90th percentile, and a deadline past it looks
         safer than it is: loose jobs spending their saved time picked such configs at a
-        predicted 0.93-0.98 and ran late about one epoch in ten, 1.5-2.5 times past the
-        interval's upper end.
+        predicted 0.90 or more and ran late, a median 1.29 times their 90 % interval's
+        upper end (BENCHMARKS.md "configurator").
         """
         samples = context.train_samples if samples is None else samples
         scaled, _ = self.shard_work(cands, context, samples)

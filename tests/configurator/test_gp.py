@@ -870,9 +870,9 @@ def test_the_order_statistics_own_chance_of_meeting_a_deadline_matches_its_draws
 
 
 def test_past_a_straggler_cliff_the_chance_constraint_reads_the_tail_not_a_log_normal() -> None:
-    """Between the 90th percentile and the cliff's far side a log-normal through the
-    median and that percentile misses an epoch late half as often as the order
-    statistic is; the configurator's P(on time) is the order statistic's."""
+    """Between the 90th percentile and the cliff's far side, a log-normal through the
+    median and that percentile expects fewer than half the late epochs the order
+    statistic has; the configurator's P(on time) is the order statistic's."""
     from scipy.special import ndtr
 
     model, context = _straggling_model(), _context()
