@@ -161,7 +161,7 @@ class GpOptSettings:
         5.5 / 5.2 % (the oracle's 4.5 %), a job's saving against the static default at
         the loss that one reaches 24 / 31 / 31 %, median regret at epoch 5 0.084 / 0.087
         / 0.098 and at epoch 20 0 / 0.020 / 0.037. With the order statistic's own tail
-        in the chance constraint (:meth:`EpochModel.on_time_score`), 0.5 / 0.4 gave
+        in the chance constraint (:meth:`EpochModel.on_time_scores`), 0.5 / 0.4 gave
         5.2 / 4.8 % late, regret at epoch 5 0.091 / 0.091 and at epoch 20 0.035 / 0.037
         (seeds 12-23: 5.1 / 4.7 %, 0.125 / 0.115, 0.052 / 0.051).
     """
@@ -458,15 +458,13 @@ class GpOptConfigurator(Configurator):
         tail_now, tail_steady = self._tail_scores(
             rows, history, samples, deadline, lat - now.log_latency[rows]
         )
-        z = np.minimum((math.log(deadline) - lat) / lat_sd, tail_now)
-        p = ndtr(z * lat_sd / total_lat_sd)
+        p = _on_time(math.log(deadline), lat, lat_sd, total_lat_sd, tail_now)
         # A pick must also be one the job can stay on: an epoch that meets its share only
         # because the last one left every container warm (a small λ after a large one)
         # runs late as soon as it follows itself, and a late epoch shrinks every later
         # epoch's share.
         steady_sd = widen * np.sqrt(steady_lat_sd**2 + epi["latency"])
-        z = np.minimum((math.log(deadline) - steady_lat) / steady_lat_sd, tail_steady)
-        staying = ndtr(z * steady_lat_sd / steady_sd)
+        staying = _on_time(math.log(deadline), steady_lat, steady_lat_sd, steady_sd, tail_steady)
         p = np.minimum(p, staying)
         # What a fallback that switches plans on: the config following itself at the
         # share the later epochs get once this one has run (its 90th percentile), not
@@ -492,16 +490,15 @@ class GpOptConfigurator(Configurator):
         shift: np.ndarray,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The order statistic's own P(on time) of ``rows`` as normal scores, this epoch
-        and following itself (:meth:`EpochModel.on_time_score`), the residual GP's
+        and following itself (:meth:`EpochModel.on_time_scores`), the residual GP's
         ``shift`` of log latency taken off the deadline: where the straggler tail is a
         cliff past the 90th percentile, the log-normal's score is too high."""
         assert self.context is not None
         cands = self._grid.take(rows)
         previous = history[-1].config if history else None
-        log_deadline = math.log(deadline) - shift
-        model, context = self._model, self.context
-        now = model.on_time_score(cands, context, previous, log_deadline, samples=samples)
-        steady = model.on_time_score(cands, context, cands, log_deadline, samples=samples)
+        now, steady = self._model.on_time_scores(
+            cands, self.context, (previous, cands), math.log(deadline) - shift, samples=samples
+        )
         return now, steady
 
     def _latency_widening(self, history: Sequence[Observation]) -> float:
@@ -813,6 +810,20 @@ class GpOptConfigurator(Configurator):
 
 
 _BLAS: Any = None
+
+
+def _on_time(
+    log_deadline: float,
+    log_latency: np.ndarray,
+    model_sd: np.ndarray,
+    total_sd: np.ndarray,
+    tail: np.ndarray,
+) -> np.ndarray:
+    """P(on time) from the lower of the log-normal's score and the order statistic's
+    ``tail`` score, both in units of the model's own spread, widened to the posterior's
+    ``total_sd``."""
+    z = np.minimum((log_deadline - log_latency) / model_sd, tail)
+    return np.asarray(ndtr(z * model_sd / total_sd))
 
 
 def _share_after(deadline: float, left: int, log_latency: np.ndarray) -> np.ndarray:

@@ -236,18 +236,28 @@ class EpochModel:
         mixed = np.flatnonzero((cold > 0) & (cold < 1) & (shift > 0))
         if not len(mixed):
             return out
-        s, positions = self.slowdowns, self._positions()
         target, share, d = u[mixed], cold[mixed], shift[mixed]
         lo, hi = base[mixed], base[mixed] + d
         for _ in range(MIXTURE_BISECTIONS):
             mid = (lo + hi) / 2
-            g = (1 - share) * np.interp(mid, s, positions, left=0, right=1)
-            g += share * np.interp(mid - d, s, positions, left=0, right=1)
-            below = g < target
+            below = self.mixture_cdf(mid, share, d) < target
             lo = np.where(below, mid, lo)
             hi = np.where(below, hi, mid)
         out[mixed] = (lo + hi) / 2
         return out
+
+    def mixture_cdf(self, x: np.ndarray, cold: np.ndarray, shift: np.ndarray) -> np.ndarray:
+        """One worker's chance of being done by ``x`` (in its seconds at slowdown 1) where
+        a share ``cold`` of the workers starts ``shift`` later: ``(1 - cold)·F(x) +
+        cold·F(x - shift)``, :meth:`mixture_quantile`'s inverse."""
+        s, positions = self.slowdowns, self._positions()
+        done = (1 - cold) * np.interp(x, s, positions, left=0, right=1)
+        done += cold * np.interp(x - shift, s, positions, left=0, right=1)
+        return done
+
+    def _coordinator_s(self, kappa: np.ndarray) -> np.ndarray:
+        """The coordinator's seconds of an epoch that averages ``kappa`` deltas."""
+        return self.coordinator_s[0] + self.coordinator_s[1] * kappa
 
     # -- an epoch -----------------------------------------------------------------------
     def predict(
@@ -305,7 +315,7 @@ class EpochModel:
         order = _order_quantiles(kappa[first], lam[first], (0.5, 0.9))
         order[0.9] = _upper_confidence(order[0.9], self.slowdown_records)
         shift = (self.worker.cold_start_s / scaled)[first]
-        coordinator = self.coordinator_s[0] + self.coordinator_s[1] * kappa
+        coordinator = self._coordinator_s(kappa)
         progress = self.progress.level * self.progress.shape(cands, samples)
         log_progress = np.log(np.maximum(progress, 1e-9))
         tail = self.slowdown_quantile(np.full(1, 0.99))[0] * scaled + self.worker.cold_start_s
@@ -333,17 +343,18 @@ class EpochModel:
             )
         return out
 
-    def on_time_score(
+    def on_time_scores(
         self,
         cands: Candidates,
         context: JobContext,
-        previous: Predecessor,
+        previous: Sequence[Predecessor],
         log_deadline: np.ndarray,
         *,
         samples: int | np.ndarray | None = None,
-    ) -> np.ndarray:
-        """Per candidate, P(latency ≤ deadline) of the order statistic itself, as a
-        normal score: the κ-th of λ worker durations is within the deadline when at
+    ) -> list[np.ndarray]:
+        """Per candidate and after each of ``previous`` in turn (as
+        :meth:`predict_after`), P(latency ≤ deadline) of the order statistic itself, as
+        a normal score: the κ-th of λ worker durations is within the deadline when at
         least κ workers are, ``I_F(κ, λ-κ+1)`` with ``F`` one worker's chance under the
         slowdown distribution (warm and cold workers mixed as in :meth:`predict`).
 
@@ -358,15 +369,14 @@ class EpochModel:
         samples = context.train_samples if samples is None else samples
         scaled, _ = self.shard_work(cands, context, samples)
         lam, kappa = cands.workers, cands.kappa
-        coordinator = self.coordinator_s[0] + self.coordinator_s[1] * kappa
-        x = (np.exp(log_deadline) - coordinator) / scaled
-        share = _cold_workers(cands, previous) / lam
+        x = (np.exp(log_deadline) - self._coordinator_s(kappa)) / scaled
         shift = self.worker.cold_start_s / scaled
-        s, positions = self.slowdowns, self._positions()
-        worker = (1 - share) * np.interp(x, s, positions, left=0, right=1)
-        worker += share * np.interp(x - shift, s, positions, left=0, right=1)
-        chance = betainc(kappa, lam - kappa + 1, worker)
-        return np.asarray(ndtri(np.clip(chance, 1e-12, 1 - 1e-12)))
+        out = []
+        for before in previous:
+            done = self.mixture_cdf(x, _cold_workers(cands, before) / lam, shift)
+            chance = betainc(kappa, lam - kappa + 1, done)
+            out.append(np.asarray(ndtri(np.clip(chance, 1e-12, 1 - 1e-12))))
+        return out
 
     def _latency_quantiles(
         self,

@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from scipy.special import ndtr
 
 from configurator import EpochConfig, History, JobContext, Observation, SearchSpace, WorkerRun
 from configurator.acquisition import log_constrained_ei, log_h
@@ -35,6 +36,7 @@ from configurator.performance import (
 from configurator.space import Candidates
 from configurator.surrogate import GpytorchSurrogate, average_repeats
 from functions.objectstore import FileObjectStore
+from functions.runtimes.sim import DEFAULT_MODEL
 
 SPACE = SearchSpace(
     memory_mb=(512, 1024, 1769),
@@ -842,8 +844,6 @@ def test_a_fallback_switch_plans_on_the_share_its_own_late_epoch_leaves() -> Non
 def _straggling_model() -> EpochModel:
     """A fleet where a fifth of the invocations run 3-5× slower: κ = 4 of 6 is late
     whenever 3 of the 6 straggle, about one epoch in ten, a cliff past the body."""
-    from functions.runtimes.sim import DEFAULT_MODEL
-
     worker = DEFAULT_MODEL.replace(straggler_p=0.2, straggler_slowdown=(3.0, 5.0))
     return EpochModel.prior(worker)
 
@@ -852,11 +852,9 @@ CLIFF = EpochConfig(batch_size=1024, learning_rate=0.1, workers=6, sync_ratio=0.
 
 
 def test_the_order_statistics_own_chance_of_meeting_a_deadline_matches_its_draws() -> None:
-    """``on_time_score`` is P(the κ-th of λ worker durations ≤ the deadline), warm and
+    """``on_time_scores`` is P(the κ-th of λ worker durations ≤ the deadline), warm and
     cold workers mixed, as a normal score: Monte Carlo of that order statistic agrees
     at deadlines in the body, at the cliff and past it."""
-    from scipy.special import ndtr
-
     model, context = _straggling_model(), _context()
     cands = Candidates.of([CLIFF])
     scaled = float(model.shard_work(cands, context, context.train_samples)[0][0])
@@ -865,7 +863,7 @@ def test_the_order_statistics_own_chance_of_meeting_a_deadline_matches_its_draws
     cold = rng.random((40_000, 6)) < 2 / 6  # following itself: λ − κ containers busy
     kth = np.sort(draws + cold * model.worker.cold_start_s, axis=1)[:, 3]
     for deadline in np.quantile(kth, [0.5, 0.8, 0.88, 0.93, 0.97]):
-        score = model.on_time_score(cands, context, CLIFF, np.array([math.log(deadline)]))
+        score = model.on_time_scores(cands, context, [CLIFF], np.array([math.log(deadline)]))[0]
         assert float(ndtr(score[0])) == pytest.approx(float(np.mean(kth <= deadline)), abs=0.015)
 
 
@@ -873,8 +871,6 @@ def test_past_a_straggler_cliff_the_chance_constraint_reads_the_tail_not_a_log_n
     """Between the 90th percentile and the cliff's far side, a log-normal through the
     median and that percentile expects fewer than half the late epochs the order
     statistic has; the configurator's P(on time) is the order statistic's."""
-    from scipy.special import ndtr
-
     model, context = _straggling_model(), _context()
     cands = Candidates.of([CLIFF])
     predicted = model.predict(cands, context, previous=CLIFF)
@@ -884,7 +880,7 @@ def test_past_a_straggler_cliff_the_chance_constraint_reads_the_tail_not_a_log_n
         ndtr((math.log(deadline) - predicted.log_latency[0]) / predicted.log_latency_sd[0])
     )
     exact = float(
-        ndtr(model.on_time_score(cands, context, CLIFF, np.array([math.log(deadline)]))[0])
+        ndtr(model.on_time_scores(cands, context, [CLIFF], np.array([math.log(deadline)]))[0][0])
     )
     assert 1 - exact > 2 * (1 - log_normal) > 0.02
 
