@@ -3,8 +3,8 @@
 Each entry builds a detector of the serving model's errors from the monitor settings
 (significance, minimum relative rise, minimum heartbeats, rating range). New detectors
 join here; the service never branches on a detector's type. ``driftline bench drift``
-runs every entry on the same streams; the default is the one it measured best (see
-``BENCHMARKS.md``).
+runs every entry on the same streams. Why the default is what it is:
+``docs/decisions/0001-drift-detector-and-heartbeats.md``.
 
 Examples
 --------
@@ -87,10 +87,8 @@ def page_hinkley(
 
     Relative errors average 1 whatever the model's RMSE, so the tolerated drift per
     event is half the smallest rise that matters (``min_relative_drop / 2``) and the
-    threshold the cumulative excess of 5,000 events at that tolerance. On squared
-    errors of the shape real ones have (chi-square, 3 seeds), a 10 % rise of the RMSE
-    was alerted 500-1,000 events after it and 600,000 stationary events raised no
-    alert; at twice the tolerance and threshold a 10 % rise took 2,500-4,500 events.
+    threshold the cumulative excess of 5,000 events at that tolerance (sizing:
+    ``docs/decisions/0001-drift-detector-and-heartbeats.md``).
     """
     tolerance = max(min_relative_drop / 2, 1e-3)
     test = {
@@ -137,7 +135,7 @@ DETECTORS: dict[str, DetectorFactory] = {
 }
 
 #: What ``DRIFT_DETECTOR`` defaults to (``service.settings`` names it too, without
-#: importing river): the entry ``driftline bench drift`` measured best.
+#: importing river); see ``docs/decisions/0001-drift-detector-and-heartbeats.md``.
 DEFAULT_DETECTOR = "page-hinkley"
 
 

@@ -1,36 +1,22 @@
 """A river detector fed every labelled event's normalised error, confirmed by its size.
 
-The heartbeat monitor (``drift.monitor``) sees one RMSE per 500 events, and ADWIN's cut
-bound holds a ``2 / (3 m) ln(...)`` term in heartbeats that does not shrink with the
-series' noise: on MovieLens it needs about 30 heartbeats to confirm a 15 % rise, and a
-hot swap every 20 heartbeats restarts it. Fed single events instead, the same bound
-counts thousands of values on each side of a cut and the term vanishes; each squared
-error divided by the largest one the rating scale allows lies in [0, 1], the range the
-bound assumes. Measured on MovieLens with 30 % of users inverting their taste
-(``driftline bench drift``), ADWIN on events confirms the rise within about 2,000
-events, where ADWIN on heartbeats needs tens of thousands.
+Each squared error is divided by the largest one the rating scale allows, so values lie
+in [0, 1], the range ADWIN's bound assumes. Fed single events rather than heartbeat
+RMSEs (``drift.monitor``), the bound counts thousands of values on each side of a cut
+and confirms a rise within a few heartbeats instead of tens.
 
-Per-event errors are heavy-tailed and rating streams come in sessions, so raw changes
-are frequent (DESIGN.md §7: 116 on MovieLens) and most are falls, a few per cent, or one
-heavy user's session. A change becomes an alert only when, at the record's
-least-squares change point, the error level after it is at least ``min_relative_drop``
-above the level before it, both levels weigh users rather than events (each user counts
-for at most 50 events), the rise is ``min_z`` standard errors clear with users as the
-unit of sampling, and at least ``min_users`` users share it. A rise that stays that
-large, shared as widely and at least ``persist_z`` standard errors clear for
-``persist_heartbeats`` heartbeats in a row is confirmed too: on MovieLens, whose users
-rate in sessions so that a few thousand events hold a few dozen users, a 15-30 % rise
-after a taste inversion stayed near two standard errors for ten heartbeats once the
-fold-in had adapted to part of it (``driftline bench drift``: delay 6,499 events without
-this rule, 2,999 with it, no more false alarms on the control).
+Per-event errors are heavy-tailed and rating streams come in sessions, so most raw
+changes are not drift. A change becomes an alert only when, at the record's
+least-squares change point, the level after it is at least ``min_relative_drop`` above
+the level before it, with users as the unit (each counts for at most 50 events): the
+rise ``min_z`` standard errors clear and shared by ``min_users`` users, or large, shared
+and ``persist_z`` clear for ``persist_heartbeats`` heartbeats in a row.
 
 A swap that starts a new regime (a drift retrain, a rollback, the first model) restarts
-the detector: the new version's level is learnt from its first thousand events, two
-heartbeats, instead of the twenty or thirty the heartbeat monitor needs. A scheduled
-swap (a refresh) keeps the record and the detector: such a version was trained on the
-same stream, so its errors continue the series, and a refresh that lands just after a
-drift's onset must not make the drifted level the new reference (measured on the
-end-to-end inversion, a restart there delayed the first alert to the next swap).
+the detector, so the new version's level is learnt from its first events. A scheduled
+swap (a refresh) keeps the record and the detector: its version was trained on the same
+stream, so its errors continue the series, and a drifted level must not become the new
+reference. Evidence for these choices: ``docs/decisions/0001-drift-detector-and-heartbeats.md``.
 """
 
 from __future__ import annotations
@@ -415,9 +401,8 @@ class EventDriftMonitor(DriftDetector):
         separates a lower level from a higher one places the change to within a
         block. Only rises count, since only a rise is drift: a record that opens
         higher (the first errors after a restart) can hold a fall larger than the rise
-        the detector signalled, and judged at that fall the rise was dropped while
-        Page-Hinkley, restarted by its own signal, took thousands of events to signal
-        again (``bench policies``, Wiki: a sudden drift confirmed 7,000 events late).
+        the detector signalled, and judged at that fall the rise would be dropped while
+        a detector restarted by its own signal takes thousands of events to signal again.
         """
         blocks = self._record.size // _BLOCK
         min_blocks = max(1, math.ceil(self.min_events / _BLOCK))

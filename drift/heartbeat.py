@@ -1,10 +1,10 @@
 """Heartbeat aggregation of the prequential error stream.
 
-ADWIN fed with raw per-event errors fires far too often on rating data (DESIGN.md §7:
-116 alerts over MovieLens), because single errors are heavy-tailed and a few unlucky
-users look like a change. Grouping the squared errors into heartbeats of a fixed number
-of events turns the stream into a short, much smoother RMSE series that the drift
-monitor can watch.
+Single errors on rating data are heavy-tailed, and a few unlucky users look like a
+change. Grouping the squared errors into heartbeats of a fixed number of events turns
+the stream into a short, much smoother RMSE series that the drift monitor can watch,
+and gives the service a regular point at which to report accuracy and save state
+(sizing: ``docs/decisions/0001-drift-detector-and-heartbeats.md``).
 """
 
 from __future__ import annotations

@@ -3,9 +3,8 @@
 ADWIN alone answers "did the mean of this series change?". A recommender needs a
 narrower question answered: "did the serving model get clearly worse?". An ADWIN change
 therefore becomes a ``DriftAlert`` only when the error level after the change is at
-least ``min_relative_drop`` above the level before it. Measured on MovieLens (DESIGN.md
-§7), ADWIN on raw per-event errors fired 116 times, each one a retrain to pay for;
-heartbeats and the confirmation rule are there so that only real accuracy drops do.
+least ``min_relative_drop`` above the level before it, since every alert is a retrain
+to pay for (``docs/decisions/0001-drift-detector-and-heartbeats.md``).
 """
 
 from __future__ import annotations
@@ -82,14 +81,12 @@ class DriftMonitor(DriftDetector):
     compares ``before`` (mean of the older part) with ``after`` (mean of the recent
     part). It raises an alert only if ``after >= before * (1 + min_relative_drop)``:
     a change towards lower error, or a statistically real but small rise, is not worth
-    a retrain. DESIGN.md §7: ADWIN on raw per-event errors fired 116 times over
-    MovieLens, far too many retrains.
+    a retrain.
 
     Detection delay is counted in heartbeats, not events: ADWIN's cut threshold holds a
-    term ``2 / (3 m) * ln(2 ln(W) / delta)`` that assumes values in [0, 1] and does not
-    shrink with the noise of the series, so a rise from 0.9 to 1.2 RMSE takes about 30
-    heartbeats to detect however smooth the heartbeats are. Smaller heartbeats detect
-    sooner in events, at the price of a noisier series.
+    term ``2 / (3 m) * ln(2 ln(W) / delta)`` that does not shrink with the noise of the
+    series, so a clear rise still takes tens of heartbeats. This is the baseline the
+    per-event detectors (``drift.event_monitor``) are compared with.
 
     Parameters
     ----------

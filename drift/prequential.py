@@ -1,9 +1,9 @@
 """Prequential ("test-then-train") accuracy of several predictors over one stream.
 
 Each labelled event is first predicted by the model serving at that moment and only
-then learned from (DESIGN.md §6), so the running error is an honest out-of-sample
-measure. Tracks let Driftline, a never-retrained model and river's BiasedMF be compared
-side by side on exactly the same events.
+then learned from, so the running error is an honest out-of-sample measure (see
+``docs/architecture.md``, "Drift detection"). Tracks let Driftline, a never-retrained
+model and river's BiasedMF be compared side by side on exactly the same events.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ before the event is learnt is: where does the model rank that item among the ite
 user has not rated yet (the list ``/recommend`` would show)? With one relevant item per
 event, hit-rate@K is the share of events whose item is in the top K and NDCG@K averages
 ``1 / log2(rank + 1)`` over them (0 past K): the leave-one-out protocol of He et al.
-(2017), applied prequentially (DESIGN.md §6).
+(2017), applied prequentially (``drift.prequential``).
 
 Scoring every item for every event costs far more than predicting one rating, so only a
 fixed sample is ranked. The sample is a hash of the event's user, item and timestamp,

@@ -19,27 +19,17 @@ itself). The contributions of a partition sum to the whole rise exactly, so each
 segment's ``share_of_rise`` is ``c_s / (m_a - m_b)``. A segment without events before
 the change (newcomers) is measured against the overall level before it.
 
-Segments.
-
-* **New vs returning users.** A user is new when they had fewer than
-  ``new_user_events`` events before the change point (one, by default: none at all).
-  The property belongs to the user, not to the event, so a newcomer's fortieth rating
-  after the change still counts as a newcomer's: a cohort the model never saw before
-  the drift is told apart from old users whose taste moved. Only the buffer is looked
-  at, so a user whose earlier events have all left it counts as new.
-* **Head vs tail items.** The head is the most popular items that together draw the
-  first ``head_share`` (a fifth) of the events compared, popularity being an item's
-  events among the buffer's newest when each event arrived; the tail is the rest.
-  This is the short head of Abdollahpouri et al. (2019): a handful of items everyone
-  rates, which the model knows best, so a rise there means taste moved for many; a rise
-  in the tail points at the items the model knows least (new or niche ones, or an
-  item-side shift among them). Splitting by a share of events, not of items, keeps
-  the head the same size in traffic whatever the catalogue's size.
+Segments: **new vs returning users** (new: fewer than ``new_user_events`` events in the
+buffer before the change point; the property belongs to the user, so a cohort the model
+never saw is told apart from old users whose taste moved; only the buffer is looked at)
+and **head vs tail items** (the head: the most popular items, by their events in the
+buffer when each event arrived, that draw the first ``head_share`` of the events
+compared, the short head of Abdollahpouri et al.; a share of events, not of items,
+keeps the head the same size in traffic whatever the catalogue's size).
 
 The top users and items are ranked by their rise of mean squared error, each needing
-``min_events`` events after the change, so one unlucky rating cannot top the list. Their
-level before is their own where they had ``min_events`` events before, else the overall
-level before the change (``"baseline": "overall"``).
+``min_events`` events after the change, so one unlucky rating cannot top the list; their
+level before is their own where they had ``min_events`` events, else the overall one.
 
 References
 ----------
