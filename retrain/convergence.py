@@ -1,4 +1,4 @@
-"""When a retraining job stops (DESIGN.md §4)."""
+"""When a retraining job stops (``docs/architecture.md``, "Retraining")."""
 
 from __future__ import annotations
 

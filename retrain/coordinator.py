@@ -9,11 +9,13 @@ their own damped by their staleness. κ = λ is BSP, fully synchronous; ASP appl
 update the moment it arrives and relaunches that worker at once. A worker that fails or
 times out is retried up to ``max_retries`` times, then dropped for the epoch.
 
-Checkpoints: see :mod:`retrain.checkpoints`.
+Why stragglers are handled so, and what the alternatives measured:
+``docs/decisions/0002-selective-sync-and-stragglers.md``. Checkpoints: see
+:mod:`retrain.checkpoints`.
 
 References
 ----------
-SandPiper (papers/004) §III-B, Eq. 2; W. Zhang, S. Gupta, X. Lian, J. Liu,
+SandPiper (Ali et al.), §III-B, Eq. 2; W. Zhang, S. Gupta, X. Lian, J. Liu,
 "Staleness-aware async-SGD for distributed deep learning" (IJCAI 2016) for damping a
 stale update by its staleness; G. Joshi et al., "Slow and stale gradients can
 win the race" (2019) for κ-of-λ synchronisation.
@@ -602,7 +604,8 @@ class DistributedBackend(TrainingBackend):
         straggler from an earlier epoch is still running: waiting for a straggler to
         be free would make the next epoch wait for it after all, and its late update
         is folded in when it comes (SandPiper: the system "continues to launch worker
-        functions for subsequent epochs with partial updates"). BSP has no stragglers
+        functions for subsequent epochs with partial updates"; see
+        ``docs/decisions/0002-selective-sync-and-stragglers.md``). BSP has no stragglers
         left between epochs; ASP keeps each shard's one worker busy and relaunches it
         on arrival, so it starts only the idle ones.
         """

@@ -1,4 +1,4 @@
-"""Retrain on a confirmed drift alert (Driftline's default; SandPiper §III-A)."""
+"""Retrain on a confirmed drift alert (Driftline's default; SandPiper (Ali et al.), §III-A)."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@ from retrain.policies.base import TriggerPolicy, bootstrap_trigger
 class CostAwarePolicy(TriggerPolicy):
     """Retrain every ``interval_s`` seconds on the data batched since the last job.
 
-    SandPiper's reading of a cost-aware policy (§V-B, Fig. 7: "batches data and retrains
+    SandPiper's (Ali et al.) cost-aware policy (§V-B, Fig. 7: "batches data and retrains
     every 5 minutes"): fewer, larger jobs than best-effort, at the price of up to one
     interval of data-incorporation latency. The interval runs from the first batch seen
     after the first model and restarts whenever a batch job starts; a due batch with no
