@@ -3,11 +3,11 @@
 What is arithmetic is derived, not learnt (CE-scaling §III-B's time and cost model,
 adapted to selective sync):
 
-* a worker's duration is the sim runtime's :class:`~functions.runtimes.sim.PerformanceModel`
-  of its shard (``⌈n/λ⌉`` ratings in ``⌈n/(λb)⌉`` minibatches, snapshot and shard read,
-  delta written) at the CPU share its memory buys, times a slowdown drawn from the
-  workers' slowdown distribution (stragglers and jitter), plus a cold start where no
-  warm container is left;
+* a worker's duration is the worker model's :class:`~functions.performance.PerformanceModel`
+  (the sim runtime's too) of its shard (``⌈n/λ⌉`` ratings in ``⌈n/(λb)⌉`` minibatches,
+  snapshot and shard read, delta written) at the CPU share its memory buys, times a
+  slowdown drawn from the workers' slowdown distribution (stragglers and jitter), plus a
+  cold start where no warm container is left;
 * an epoch's latency is the κ-th fastest of λ such durations, an order statistic: its
   q-quantile is one worker's duration quantile at ``Beta(κ, λ-κ+1).ppf(q)``, plus the
   coordinator's own seconds (``a + b·κ``: reading and averaging κ deltas); a 90th
@@ -25,7 +25,7 @@ adapted to selective sync):
   ``1/(1 + staleness)``).
 
 :func:`recalibrate` refits it after every epoch from that epoch's λ invocation records:
-the per-sample and fixed seconds (the sim runtime's least squares, when the records hold
+the per-sample and fixed seconds (the worker model's least squares, when the records hold
 two amounts of work; a common scale when they hold one), the empirical slowdown
 distribution, the cold-start seconds, the coordinator's seconds and the progress curve.
 What it still gets wrong is the residual GPs' job (:mod:`configurator.surrogate`).
@@ -43,17 +43,15 @@ import itertools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
 import numpy as np
 from scipy.special import betainc, betaincinv, ndtri
 
 from configurator.base import JobContext, Observation, WorkerRun
 from configurator.space import Candidates, EpochConfig
+from functions.performance import DEFAULT_MODEL, PerformanceModel, Work, fit_performance_model
 from functions.pricing import LambdaPrices, lambda_prices
-from functions.runtimes import InvocationRecord
-from functions.runtimes.sim import DEFAULT_MODEL, PerformanceModel, fit_performance_model
-from functions.runtimes.sim.model import Work
 
 #: Bytes one rating takes in a shard: user and item codes and the rating, 8 bytes each.
 SAMPLE_BYTES = 24
@@ -162,7 +160,7 @@ class EpochModel:
     Parameters
     ----------
     worker
-        Seconds of one invocation at slowdown 1 (the sim runtime's model).
+        Seconds of one invocation at slowdown 1 (the worker performance model).
     slowdowns
         Sorted samples of the workers' slowdown (median 1): the prior's draws, or the
         ratios measured against ``worker`` once there are records.
@@ -186,7 +184,7 @@ class EpochModel:
 
     @classmethod
     def prior(cls, worker: PerformanceModel | None = None, seed: int = 0) -> EpochModel:
-        """The uncalibrated model: ``worker`` (the sim runtime's ``DEFAULT_MODEL``,
+        """The uncalibrated model: ``worker`` (the worker model's ``DEFAULT_MODEL``,
         measured on the local runtime) and its own slowdown distribution."""
         worker = worker or DEFAULT_MODEL
         if worker.straggler_p == 0:
@@ -565,7 +563,7 @@ def _fit_workers(
 
     Two candidate fits of the warm runs' median duration per kind of work (shard size,
     memory, batch size; medians, so that stragglers do not pull the fit): the prior's
-    seconds times a common scale, and the sim runtime's least squares of per-sample and
+    seconds times a common scale, and the worker model's least squares of per-sample and
     fixed seconds, tried only when the runs hold three amounts of work spanning 4x.
     Least squares on a few noisy points extrapolates wildly (it once put every second
     in the fixed overhead after three epochs), so it is kept only when it explains the
@@ -620,16 +618,24 @@ def _median_ratio(worker: PerformanceModel, runs: list[WorkerRun], context: JobC
     return float(np.median(np.array([r.duration_s for r in runs]) / np.maximum(predicted, 1e-9)))
 
 
+@dataclass(frozen=True)
+class _Measured:
+    """A warm worker run as :func:`~functions.performance.fit_performance_model` reads
+    a measured invocation."""
+
+    memory_mb: int
+    duration_s: float
+    labels: dict[str, Any]
+    ok: bool = True
+    cold_start: bool = False
+    init_duration_s: float = 0.0
+    result: dict[str, Any] | None = None
+
+
 def _least_squares(worker: PerformanceModel, runs: list[WorkerRun]) -> PerformanceModel | None:
     records = [
-        InvocationRecord(
-            f"r{i}",
-            memory_mb=r.memory_mb,
-            cold_start=False,
-            duration_s=r.duration_s,
-            labels={"samples": r.samples, "batch_size": r.batch_size},
-        )
-        for i, r in enumerate(runs)
+        _Measured(r.memory_mb, r.duration_s, {"samples": r.samples, "batch_size": r.batch_size})
+        for r in runs
     ]
     try:
         return fit_performance_model(records, worker, cpu_scaled=True).model

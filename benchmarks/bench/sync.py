@@ -34,8 +34,9 @@ from configurator.space import EpochConfig
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import FileObjectStore
+from functions.performance import DEFAULT_MODEL
 from functions.runtimes import LocalRuntime, Runtime
-from functions.runtimes.sim import DEFAULT_MODEL, SimRuntime
+from functions.runtimes.sim import SimRuntime
 from retrain.coordinator import DistributedBackend
 from retrain.sync import SyncPolicy
 from retrain.window import RatingsWindow

@@ -33,7 +33,8 @@ from configurator.space import Candidates, EpochConfig, SearchSpace
 from functions.handler import handler
 from functions.mf import BiasedMF
 from functions.objectstore import FileObjectStore
-from functions.runtimes.sim import DEFAULT_MODEL, SimRuntime
+from functions.performance import DEFAULT_MODEL
+from functions.runtimes.sim import SimRuntime
 from retrain.coordinator import DistributedBackend
 from retrain.sync import SyncPolicy
 from retrain.window import RatingsWindow

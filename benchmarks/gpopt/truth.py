@@ -23,8 +23,8 @@ from benchmarks.gpopt.progress import ProgressTable
 from configurator.base import JobContext, WorkerRun
 from configurator.performance import SAMPLE_BYTES
 from configurator.space import Candidates, EpochConfig
+from functions.performance import DEFAULT_MODEL, PerformanceModel
 from functions.pricing import LambdaPrices, lambda_prices
-from functions.runtimes.sim import DEFAULT_MODEL, PerformanceModel
 
 STRAGGLER_PROBABILITY = 0.2
 STRAGGLER_SLOWDOWN = (3.0, 5.0)

@@ -31,15 +31,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from functions.performance import DEFAULT_MODEL, PerformanceModel
 from functions.pricing import VmPrices
-from functions.runtimes.sim import (
-    DEFAULT_MODEL,
-    AutoscaledFleet,
-    PeakSizedVm,
-    PerformanceModel,
-    function_bill,
-    simulate_epochs,
-)
+from functions.runtimes.sim import AutoscaledFleet, PeakSizedVm, function_bill, simulate_epochs
 from retrain.spec import JobSpec
 
 MEMORY_MB = 1769

@@ -1,8 +1,9 @@
 """The ``sim`` runtime: Lambda workers as a discrete-event simulation in virtual time.
 
-Nothing runs. Each invocation's duration comes from a :class:`PerformanceModel`, fitted
-on measured runs with :func:`calibrate`, so a thousand workers and their stragglers, cold
-starts, time limits and bill take a fraction of a second instead of the real minutes.
+Nothing runs. Each invocation's duration comes from a :class:`PerformanceModel`
+(:mod:`functions.performance`, shared with the configurator), fitted on measured runs
+with :func:`calibrate`, so a thousand workers and their stragglers, cold starts, time
+limits and bill take a fraction of a second instead of the real minutes.
 The configurator and the cost benchmarks use it to try configurations nobody paid for.
 
 Model of one invocation (see ``docs/simulator.md`` for the fit and its measured error)::
@@ -66,12 +67,18 @@ directly, without a store or a model, for configuration searches.
 (1.6, True, 1.1, 2.7)
 """
 
+from functions.performance import (
+    DEFAULT_MODEL,
+    CalibrationFit,
+    PerformanceModel,
+    Work,
+    calibrate,
+    fit_performance_model,
+)
 from functions.runtimes.base import register_runtime
 from functions.runtimes.sim.bill import FunctionBill, function_bill
-from functions.runtimes.sim.calibration import CalibrationFit, calibrate, fit_performance_model
 from functions.runtimes.sim.clock import SimFuture, VirtualClock
 from functions.runtimes.sim.epochs import EpochTiming, Simulation, simulate_epochs
-from functions.runtimes.sim.model import DEFAULT_MODEL, PerformanceModel, Work
 from functions.runtimes.sim.runtime import SimRuntime
 from functions.runtimes.sim.vm import AutoscaledFleet, PeakSizedVm
 from functions.runtimes.sim.work import StoreWork, UncostablePayload

@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from functions.performance import WORKER_REQUESTS
 from functions.pricing import ObjectStorePrices, object_store_prices
 from functions.runtimes.base import InvocationRecord
-from functions.runtimes.sim.model import WORKER_REQUESTS
 
 #: Of a worker's object-store requests, the writes (its delta); the rest are reads.
 WORKER_PUTS = 1

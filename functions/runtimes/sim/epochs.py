@@ -9,10 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from functions.performance import PerformanceModel, check_number
 from functions.pricing import LambdaPrices
 from functions.runtimes.base import InvocationRecord
 from functions.runtimes.sim.clock import SimFuture
-from functions.runtimes.sim.model import PerformanceModel, check_number
 from functions.runtimes.sim.runtime import SimRuntime
 
 

@@ -15,16 +15,16 @@ from typing import Any
 
 import numpy as np
 
-from functions.pricing import LambdaPrices, lambda_prices
-from functions.runtimes.base import ERROR, OK, TIMEOUT, InvocationRecord, Runtime
-from functions.runtimes.sim.clock import SimFuture, VirtualClock
-from functions.runtimes.sim.model import (
+from functions.performance import (
     DEFAULT_MODEL,
     DEFAULT_TIME_MARGIN_S,
     PerformanceModel,
     Work,
     check_number,
 )
+from functions.pricing import LambdaPrices, lambda_prices
+from functions.runtimes.base import ERROR, OK, TIMEOUT, InvocationRecord, Runtime
+from functions.runtimes.sim.clock import SimFuture, VirtualClock
 from functions.runtimes.sim.work import StoreWork, UncostablePayload
 from functions.shards import DELTA_FORMAT_VERSION, write_delta
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from functions.artifacts import load_arrays
 from functions.objectstore import ObjectStore, open_object_store
-from functions.runtimes.sim.model import Work
+from functions.performance import Work
 
 # -- the work of a payload ---------------------------------------------------------------
 
