@@ -1,7 +1,8 @@
 """The retraining worker: one worker of one epoch of distributed SGD, as a Lambda handler.
 
 Each epoch the coordinator writes the model snapshot φ_t to the object store and invokes
-λ workers (design §4; SandPiper §III-B). A worker
+λ workers (``docs/architecture.md``, "Retraining"; SandPiper (Ali et al.), §III-B).
+A worker
 
 1. pulls φ_t and its data shard (see :mod:`functions.shards`) from the store,
 2. measures the mean squared error on its shard,

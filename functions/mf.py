@@ -101,20 +101,14 @@ class BiasedMF:
     touches, so there is no per-event Python loop on the training path.
 
     Within a minibatch a row that occurs *c* times takes one step along the *mean* of
-    its *c* per-sample gradients (plus the L2 term). Summing instead makes that step *c*
-    times larger, and *c* grows with the batch size and the popularity skew: in
-    MovieLens ml-latest-small one user holds 2.7% of the ratings (~110 samples of a
-    4,096 batch), and with the default learning rate the summed variant diverged to NaN
-    in its first epoch at batch 4,096 (it still trains at 1,024). The retraining
-    configurator changes the batch size between epochs, so the step must not depend on
-    it: averaging bounds every row's step by the learning rate, while rows seen once per
-    batch (most of them) still get plain per-sample SGD. The price is that a row with
-    many samples per batch advances less per epoch than under per-sample SGD, which is
-    why the default rate (0.05) is larger than the usual per-sample 0.005-0.01.
-    Measured on ml-latest-small (90% train, batch 1,024, defaults): the training MSE
-    falls every epoch, 0.83 to 0.13 over 20 epochs; held-out RMSE is best (0.874) after
-    about 7 epochs, after which ``regularization=0.02`` lets 32 factors overfit, so
-    retraining should stop on a held-out error or use a stronger penalty.
+    its *c* per-sample gradients (plus the L2 term), so the step does not depend on the
+    batch size, which the retraining configurator changes between epochs: averaging
+    bounds every row's step by the learning rate, while rows seen once per batch (most
+    of them) still get plain per-sample SGD. A row with many samples per batch advances
+    less per epoch than under per-sample SGD, which is why the default rate (0.05) is
+    larger than the usual per-sample 0.005-0.01. With the default penalty 32 factors
+    overfit after several epochs, so a caller should judge a model on held-out events.
+    Why not the summed step: ``docs/decisions/0004-serving-index-and-model-choices.md``.
 
     The global mean :math:`\mu` is the mean rating of the first :meth:`fit` and is then
     held fixed; the biases absorb any later shift.

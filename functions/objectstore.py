@@ -22,9 +22,10 @@ Key layout
     part of it in the key means two publishers racing for one version name write
     different objects instead of overwriting each other.
 
-Distributed retraining (design §4) adds, per job (:mod:`functions.shards` builds the keys
-and reads and writes the objects; a worker is told its keys in its event, so these are
-conventions of the coordinator, not rules of the store):
+Distributed retraining (``docs/architecture.md``, "Retraining") adds, per job
+(:mod:`functions.shards` builds the keys and reads and writes the objects; a worker is
+told its keys in its event, so these are conventions of the coordinator, not rules of
+the store):
 
 ``snapshots/<job>/<epoch:06d>.pack``
     The model φ_t the epoch's workers pull: its arrays (``BiasedMF.to_arrays``) packed by

@@ -1,4 +1,4 @@
-"""Prices, from one file with each figure's source (DESIGN.md §5).
+"""Prices, from one file with each figure's source (``functions/prices.json``).
 
 >>> lam = lambda_prices()
 >>> round(lam.invocation_cost(duration_ms=1000, memory_mb=1024), 10)

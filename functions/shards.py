@@ -1,9 +1,9 @@
 """Data shards and model deltas: what the coordinator and its workers exchange.
 
-A distributed retraining epoch (design §4, SandPiper's DSGD step) moves three kinds of
-object through the object store: the model snapshot φ_t (a model artifact, see
-:mod:`functions.artifacts`), one data **shard** per worker, and one **delta** per worker
-that the coordinator averages into φ_{t+1}.
+A distributed retraining epoch (``docs/architecture.md``, "Retraining"; SandPiper's DSGD
+step) moves three kinds of object through the object store: the model snapshot φ_t (a
+model artifact, see :mod:`functions.artifacts`), one data **shard** per worker, and one
+**delta** per worker that the coordinator averages into φ_{t+1}.
 
 Shard
     An ``.npz`` archive with ``users`` and ``items`` (int64 row indices into the
