@@ -1,6 +1,6 @@
 """GP-OPT: each epoch's config vector for the lowest cost per progress within the deadline.
 
-SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
+SandPiper's (Ali et al.) Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
 
 1. **Prior.** The analytic epoch model (:mod:`configurator.performance`), recalibrated
    from the newest epoch's λ invocation records, predicts every candidate's latency
@@ -35,11 +35,12 @@ SandPiper's Algorithm 1 and Eq. 3, made to work per epoch (§IV-B):
    conditions the GPs on the newest epoch and ranks.
 
 Every decision is kept in ``last_decision`` (candidates, predictions with intervals,
-decision time), which the job records.
+decision time), which the job records. Why the surrogate, margins and decision path
+are as they are: ``docs/decisions/0003-gp-opt-surrogate-and-decision-time.md``.
 
 References
 ----------
-SandPiper (papers/004) §IV-B, Algorithm 1, Eq. 3; CE-scaling (papers/003) §III-B;
+SandPiper (Ali et al.), §IV-B, Algorithm 1, Eq. 3; CE-scaling, §III-B;
 O. Alipourfard et al., "CherryPick: adaptively unearthing the best cloud configurations
 for big data analytics", NSDI 2017; F. Berkenkamp et al., "Safe model-based reinforcement
 learning with stability guarantees" (safe sets); S. Ament et al., NeurIPS 2023 (log EI).
@@ -142,11 +143,7 @@ class GpOptSettings:
     min_improvement
         Least expected improvement (a share of the incumbent's cost per progress,
         feasibility-weighted) for which an epoch explores; below it the epoch runs the
-        incumbent. CherryPick (NSDI'17) stops searching once EI falls under 10 %. On
-        the configurator benchmark (4 seeds × 30 epochs, seeds 0-3 / 4-7) it took the
-        median regret at epoch 5 from 0.130 / 0.146 to 0.095 / 0.084, lateness from
-        8.1 % / 8.7 % to 8.1 % / 8.1 %, cost over the oracle's from 1.14 / 1.17 to
-        1.10 / 1.19; 0.08 decided the same epochs.
+        incumbent, as CherryPick (NSDI'17) stops searching once EI falls under 10 %.
     slack_spend
         Share of the time earlier epochs saved against their nominal share
         (``LATENCY_CAP_SECONDS / max_epochs``) that an epoch may plan to spend; a job
@@ -155,15 +152,10 @@ class GpOptSettings:
         of it sets the next epochs at the edge of a share that has grown: under a 0.9
         constraint about one in ten of them runs late, though the job as a whole meets
         its deadline. Less than 1 keeps the rest in reserve (for a window that jumps, a
-        run of stragglers) at some cost. On the configurator benchmark (GP-OPT, the
-        static default and the oracle on seeds 0-11 × 50 epochs of its nine scenarios,
-        BENCHMARKS.md "configurator") 1 / 0.5 / 0.4 gave epochs past their share 7.0 /
-        5.5 / 5.2 % (the oracle's 4.5 %), a job's saving against the static default at
-        the loss that one reaches 24 / 31 / 31 %, median regret at epoch 5 0.084 / 0.087
-        / 0.098 and at epoch 20 0 / 0.020 / 0.037. With the order statistic's own tail
-        in the chance constraint (:meth:`EpochModel.on_time_scores`), 0.5 / 0.4 gave
-        5.2 / 4.8 % late, regret at epoch 5 0.091 / 0.091 and at epoch 20 0.035 / 0.037
-        (seeds 12-23: 5.1 / 4.7 %, 0.125 / 0.115, 0.052 / 0.051).
+        run of stragglers) at some cost in regret.
+
+    How ``min_improvement`` and ``slack_spend`` were sized:
+    ``docs/decisions/0003-gp-opt-surrogate-and-decision-time.md``.
     """
 
     confidence: float = 0.9
@@ -468,9 +460,8 @@ class GpOptConfigurator(Configurator):
         p = np.minimum(p, staying)
         # What a fallback that switches plans on: the config following itself at the
         # share the later epochs get once this one has run (its 90th percentile), not
-        # at this one's. A switch planned late shrinks every later share; judged at
-        # this share, the boundary config it picked was out of reach the next epoch
-        # and the job fell to the least late, then switched again.
+        # at this one's: a switch planned late shrinks every later share, and a config
+        # at the boundary of this share would be out of reach the next epoch.
         after = _share_after(deadline, left, lat + Z90 * total_lat_sd)
         staying = ndtr((np.log(after) - steady_lat) / steady_sd)
         if math.isfinite(budget):
@@ -862,8 +853,8 @@ def _one_blas_thread() -> Any:
     A decision's linear algebra is many small products (200 x 200 factorisations,
     256-row kernel blocks): a team of BLAS threads spends more on waking and spinning
     than on the arithmetic, and contends with torch's own threads when a refit runs
-    beside it. One thread took a decision with 200 observations and 5,000 candidates
-    from 107 ms to 44 ms here (BENCHMARKS.md "configurator").
+    beside it: one thread more than halves a decision's time
+    (``docs/decisions/0003-gp-opt-surrogate-and-decision-time.md``).
     """
     global _BLAS
     if _BLAS is None:

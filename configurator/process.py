@@ -2,10 +2,9 @@
 
 GP-OPT's decision and its background refits are many small numpy and torch operations,
 and between them Python code that holds the interpreter lock. Run inside the serving
-process they queue ``/recommend``'s threads behind them: bench serve measured the p99 of
-``/recommend`` under ingestion and a retrain at 440 ms with GP-OPT in process against
-36-75 ms with the static configurator. In a child process they compete for a core,
-which the operating system shares out, and never for the lock.
+process they queue ``/recommend``'s threads behind them, multiplying its tail latency
+(``docs/decisions/0003-gp-opt-surrogate-and-decision-time.md``). In a child process
+they compete for a core, which the operating system shares out, and never for the lock.
 
 :class:`ConfiguratorHost` owns one child process, started once and reused by every job
 (:meth:`ConfiguratorHost.shared`: one per service process, however many pipelines it

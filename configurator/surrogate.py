@@ -36,8 +36,7 @@ log = logging.getLogger(__name__)
 #: L-BFGS iterations of a hyper-parameter fit.
 FIT_ITERATIONS = 50
 #: Candidates scored per chunk: a ``chunk x n`` kernel block, never ``m x m``, and small
-#: enough to stay in cache through the kernel's passes (256 x 200 observations: 400 kB;
-#: 7 ms for 5,000 candidates against 12 ms in blocks of 4,096).
+#: enough to stay in cache through the kernel's passes (256 x 200 observations: 400 kB).
 CHUNK = 256
 
 
@@ -75,7 +74,7 @@ def matern52(
 
     Written in place on two ``len(x1) x len(x2)`` arrays: scoring 5,000 candidates
     against 200 observations is a million entries per output, and a temporary per
-    operation cost more than the arithmetic (11 ms against 5 ms here).
+    operation would cost more than the arithmetic.
 
     >>> x = np.array([[0.0, 0.0], [1.0, 0.0]])
     >>> matern52(x, x, np.array([1.0, 1.0]), 2.0).round(4).tolist()
@@ -232,9 +231,9 @@ class GpytorchSurrogate:
         what tell its noise from its signal); the posterior is conditioned on each
         config's mean, whose noise is the observations' over their count.
 
-        Averaged into one point with the noise of one, a config run ten times was as
-        uncertain as one run once: the GP kept a third of the measured difference in
-        progress between two sync ratios after four epochs of each.
+        Averaged into one point with the noise of one, a config run ten times would be
+        as uncertain as one run once, and the GP would blur real differences between
+        configs (``docs/decisions/0003-gp-opt-surrogate-and-decision-time.md``).
         """
         x, y = np.asarray(x, dtype=np.float64), np.asarray(y, dtype=np.float64)
         ux, uy, counts = average_repeats(x, y)
