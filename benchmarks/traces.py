@@ -1,7 +1,7 @@
 """Arrival-rate traces for replays, shaped after SandPiper's Table II.
 
-SandPiper (§II-A, Table II, Fig. 3) drives its retraining study with data updates per
-second (DUPS) modelled on four public traces. Their published statistics are
+SandPiper (Ali et al., §II-A, Table II, Fig. 3) drives its retraining study with data
+updates per second (DUPS) modelled on four public traces. Their published statistics are
 
 =========  =====  =====  =========
 trace      min    max    average

@@ -313,7 +313,7 @@ def run_configurator(
     built once per process.
 
     BLAS and torch run on one thread each: on a small shared machine their thread pools
-    spin against each other (a GP fit on 20 points took 40 ms per gradient otherwise).
+    spin against each other and slow every GP fit many times over.
     """
     import torch
     from threadpoolctl import threadpool_limits

@@ -1,5 +1,5 @@
 """``driftline bench policies``: what each trigger policy's retraining costs and buys, on
-functions and on VMs, over the four traces (SandPiper §V, Figs. 7 and 8).
+functions and on VMs, over the four traces (SandPiper (Ali et al.), §V, Figs. 7 and 8).
 
 MovieLens ml-latest-small is spread over each trace's two-hour shape in virtual time,
 every event standing for the true arrivals it represents, with sudden drifts planted

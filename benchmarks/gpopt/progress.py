@@ -11,12 +11,9 @@ measured λ, held constant beyond them). The epochs' decay (``phase``) and the n
 progress around it are measured too.
 
 The phase follows the loss, not the epoch count: an epoch progresses less the nearer
-the loss is to its floor, whatever brought it there. Measured with the same worker on a
-10k window (λ = 2, batch 1,024, κ/λ ¾): four epochs at a learning rate of 0.0125 bring
-the loss where one at 0.05 does, and the epoch at 0.05 that follows progresses 3.2 %,
-as the second of a job run at 0.05 throughout does (3.1 %), not the 1.8 % of its fifth.
-A job that explored early has fallen less and so progresses more later; the floor it
-converges to is the same.
+the loss is to its floor, whatever brought it there, so a job that explored early has
+fallen less and progresses more later, towards the same floor (the figures that show
+it: ``BENCHMARKS.md``, section "configurator").
 """
 
 from __future__ import annotations
@@ -44,11 +41,8 @@ from retrain.window import RatingsWindow
 #: to measure the noise of progress.
 #:
 #: Every ratio is a whole κ at every measured λ (:func:`measure_progress` checks): a
-#: ratio that rounds up to another κ is measured as that one. The table was measured
-#: at λ = 2 and 32 on a 10k window, where κ/λ ¾ rounded up to κ = 2 of 2: on shards of
-#: 4,500 ratings it read ¾ as synchronous (1.00 of BSP's progress at batch 256 and a
-#: rate of 0.2) and ½ as one worker's update alone (0.32). Measured at λ = 8 on the
-#: same shards (a 40k window), ½ progresses 0.60 of BSP's, ⅝ 0.74, ¾ 0.85 and ⅞ 0.93.
+#: ratio that rounds up to another κ would be measured as that one (at λ = 2, ¾ is
+#: κ = 2 of 2: synchronous).
 WINDOW = 40_000
 WORKERS = (8, 32, 128)
 RATIOS = (0.5, 0.625, 0.75, 0.875, 1.0)
@@ -104,9 +98,8 @@ def phase_decay(first: np.ndarray, second: np.ndarray, ratios: tuple[float, ...]
     """By how much a config's second epoch progresses less than its first (the median
     over configs, the last axis being ``ratios``), read from synchronous configs alone.
 
-    With κ < λ the second epoch also folds in the first one's late updates: measured at
-    λ = 8 and 32, those second epochs progressed 1.13 times as much as the first, and
-    read from every config the job's phase never ended.
+    With κ < λ the second epoch also folds in the first one's late updates and can
+    progress more than the first, so those configs would hide the decay.
     """
     synchronous = np.isclose(np.asarray(ratios, dtype=np.float64), 1.0)
     if not synchronous.any():
