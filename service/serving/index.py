@@ -1,60 +1,35 @@
 """Where ``/recommend`` finds a user's best items: every item scored, or an ANN index.
 
 Scoring the whole catalogue costs a matrix-vector product and a partition over every
-item per request: about 0.1 ms for MovieLens' 9,700 items, tens of milliseconds for a
-million items with 64 factors (BENCHMARKS.md, ``driftline bench serve``). Above
-``SERVING_ANN_MIN_ITEMS`` items (``SERVING_INDEX=auto``), or always with
-``SERVING_INDEX=ann``, the serving view asks an approximate maximum-inner-product
-index for candidates instead and scores only those, exactly, with the current online
-biases.
+item per request: well under a millisecond for MovieLens, tens of milliseconds for a
+million items. Above ``SERVING_ANN_MIN_ITEMS`` items (``SERVING_INDEX=auto``), or always
+with ``SERVING_INDEX=ann``, the serving view asks an approximate maximum-inner-product
+index for candidates instead and scores only those, exactly, with the current biases.
 
-A user's score of item i is μ + b_u + p_u·q_i + s_u·b_i (``service.serving.vector``);
-μ and b_u are the same for every item, so the ranking is that of [q_i; b_i]·[p_u; s_u]:
-the item bias is one more coordinate. Inner products are turned into Euclidean
-distances by lifting every item onto a sphere (Bachrach et al. 2014):
-x_i = [q_i; b_i; sqrt(R − |[q_i; b_i]|²)] with R the largest squared norm, and the
-query y = [p_u; s_u; 0], so |x_i − y|² = R + |y|² − 2 [q_i; b_i]·[p_u; s_u] and the
-nearest items are those with the largest score. faiss's
-inverted-file index (``IndexIVFFlat``) then clusters the lifted items into about
+A user's score of item i is μ + b_u + p_u·q_i + s_u·b_i (``service.serving.vector``), so
+the ranking is that of [q_i; b_i]·[p_u; s_u]: the item bias is one more coordinate.
+Every item is lifted onto a sphere (Bachrach et al. 2014),
+x_i = [q_i; b_i; sqrt(R − |[q_i; b_i]|²)] with R the largest squared norm, and the query
+is y = [p_u; s_u; 0], so |x_i − y|² = R + |y|² − 2 [q_i; b_i]·[p_u; s_u] and the nearest
+items score highest. faiss's inverted-file index clusters the lifted items into about
 √n lists and scans the ``probes`` lists nearest to the query.
 
-Trained factors put most of their variance in a few directions, and scanning a list
-costs one multiply-add per item and dimension. The index therefore clusters and scans
-the items' leading principal components (those holding ``kept_variance`` of the lifted
-items' variance, in multiples of 8 dimensions and never fewer than 32), asks for
-``RERANKED`` candidates rather than a handful, and the serving view scores them
-exactly. On the benchmark's 1,000,000-item catalogue with 64 factors, 32 of 66
-dimensions hold 86 % of the variance: 32 probes take 0.24 ms instead of 0.31 ms, with
-recall@10 0.972 instead of 0.959 (clusters found in the leading components are tighter
-than in all of them).
-
-Scanning the probed lists is a stream of memory: 32 lists of a million-item catalogue
-are 32,000 items of 32 floats, 4 MB per query. With ``codes="pq4"`` (the default) the
-lists hold each searched dimension in 4 bits (faiss's fast-scan product quantizer,
-``IndexIVFPQFastScan``, one sub-quantizer of 16 levels per dimension: 16 bytes an
-item instead of 128), scanned with SIMD table look-ups, and the index returns the
-``RERANKED_QUANTIZED`` best by their codes for the view to score exactly. Measured on
-the benchmark's catalogue, one thread, 32 probes: 0.10 ms a query instead of 0.23 ms
-at the same recall@10 (0.973), and the lists take 16 MB instead of 128 MB. The
-clusters, not the codes, bound recall: 24 probes lose as much with either. Catalogues
-smaller than ``QUANTIZED_MIN_ITEMS`` keep ``flat`` lists: their scans are short, and
-the codes' 16 levels need more items than that to train on.
-Narrow catalogues are searched whole: their scans are cheap already, and the few
-dimensions left after a cut lose more of the ranking than 100 exact scores make up
-(16 factors cut to 8: recall@10 0.42).
-
-Chosen by measurement on a 1,000,000-item catalogue with 64 factors (BENCHMARKS.md): at
-recall@10 ≥ 0.95 the IVF index builds in about 20 s on two cores, where the HNSW
-graphs of faiss, usearch and hnswlib took minutes; queries cost well under a
-millisecond in all of them. faiss-cpu ships wheels for Linux, macOS and Windows.
+Trained factors put most of their variance in a few directions, so the index clusters
+and scans the leading principal components (``kept_variance``, in multiples of 8
+dimensions, never fewer than 32; narrow catalogues are searched whole) and returns
+``RERANKED`` candidates for the view to score exactly. With ``codes="pq4"`` (the
+default) the lists hold each searched dimension in 4 bits (``IndexIVFPQFastScan``),
+scanned with SIMD look-ups, and the ``RERANKED_QUANTIZED`` best by their codes are
+re-scored exactly; catalogues smaller than ``QUANTIZED_MIN_ITEMS`` keep ``flat`` lists,
+since the codes need more items than that to train on. Why IVF and not an HNSW graph,
+and what each of these choices bought: ``docs/decisions/0004-serving-index-and-model-choices.md``.
 
 The index is built from a version's item factors and the online item biases at the
 moment of the swap, on the registry follower's thread, never on a request. Biases keep
 moving afterwards: the serving view scores the index's candidates with the current
 biases and adds every item whose bias has moved in the user's favour since it was
 indexed (``ServingView.risen``, or ``fallen`` for a user whose scale is negative), so
-an item pushed up by events since the swap is never missed for being indexed with its
-old bias.
+an item pushed up since the swap is never missed for being indexed with its old bias.
 
 References
 ----------

@@ -2,14 +2,14 @@
 
 ``/recommend`` answers a user the model cannot place with the items that most distinct
 users had events for among the newest ``POPULAR_WINDOW`` events. Counting them with SQL
-on every such request cost a query over the window per request; here the counts are
-kept in memory as events arrive, each event entering the window and, ``window`` events
-later, leaving it, and the ranking is kept sorted as counts move (an item whose count
-changed is taken out and put back by bisection), so the work per event is a few
-microseconds and a request reads a ranking that is already sorted. Re-sorting every
-item per batch instead cost 18 ms a batch on MovieLens, more than the rest of ingestion.
+on every such request would cost a query over the window per request; here the counts
+are kept in memory as events arrive, each event entering the window and, ``window``
+events later, leaving it, and the ranking is kept sorted as counts move (an item whose
+count changed is taken out and put back by bisection), so the work per event is a few
+microseconds and a request reads a ranking that is already sorted (why not re-sort per
+batch: ``docs/decisions/0004-serving-index-and-model-choices.md``).
 
-Counted in distinct users, as before: one user's events count once per item, so a
+Counted in distinct users: one user's events count once per item, so a
 client replaying one user's rating a thousand times moves an item no more than that
 user rating it once.
 
@@ -88,9 +88,6 @@ class PopularItems:
 
         Counts are read with ``dict.get``: a ``Counter``'s missing key goes through a
         Python-level ``__missing__``, and most of a batch's pairs are new to the window.
-        On MovieLens, 500-event batches into the default 5,000-event window: 1.95 ms a
-        batch against 2.92 ms with counters, the best of seven runs (BENCHMARKS.md
-        "serve").
         """
         if len(user_ids) != len(item_ids):
             raise ValueError(f"{len(user_ids)} users for {len(item_ids)} items")

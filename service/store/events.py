@@ -78,11 +78,10 @@ class LabelledEvents:
     def from_result(cls, result: Result, chunk: int = _COLUMN_CHUNK) -> LabelledEvents:
         """Columns of a query's rows, converted ``chunk`` rows at a time.
 
-        Materialising a window of 100,000 rows first keeps 100,000 tracked objects
-        alive long enough for the garbage collector to promote them to its oldest
-        generation, and the full collections that follow paused every request of a
-        serving process by about 100 ms; rows that die young cost nothing. The rows
-        come ``fetchmany`` at a time, not one by one: a swap's replay reads 50,000.
+        Materialising a large window first keeps every row object alive long enough
+        for the garbage collector to promote it to its oldest generation, and the full
+        collections that follow pause every request of a serving process; rows that die
+        young cost nothing. The rows come ``fetchmany`` at a time, not one by one.
         """
         parts = []
         while rows := result.fetchmany(chunk):
@@ -240,8 +239,8 @@ def _driver_rows(conn: Connection, sql: str, params: tuple) -> list[tuple]:
     """The rows of ``sql`` as the driver's own tuples, in the connection's transaction.
 
     For the reads that return many rows on a serving process's threads: SQLAlchemy's
-    ``Row`` cost about 1.6 µs a row here, five times SQLite's own fetch (a retraining
-    window of 80,000 events took 380 ms to read through ``Row`` objects, 100 ms without).
+    ``Row`` costs several times the driver's own fetch per row
+    (``docs/decisions/0004-serving-index-and-model-choices.md``).
     Callers page with ``LIMIT`` or bounded ``IN`` lists, so each result is small on
     every driver (psycopg's cursor holds the whole result client-side).
     """
