@@ -1,7 +1,8 @@
 """``functions/`` must zip into a Lambda package: numpy, boto3 and the standard library only.
 
 That also keeps it from importing ``service``, ``retrain``, ``configurator`` or ``drift``,
-so the dependency arrows of the design (§2) point one way.
+so the dependency arrows point one way (``docs/architecture.md``, "Components and their
+owners").
 """
 
 from __future__ import annotations
