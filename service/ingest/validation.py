@@ -7,12 +7,11 @@ would accept, and the errors name the same fields.
 from __future__ import annotations
 
 import math
-import time
-from dataclasses import dataclass
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, StrictFloat, StringConstraints, ValidationError
 
+from service.settings.limits import EventLimits, Problem
 from service.store.events import NewEvent
 
 #: What an id may hold: any text but control characters and invisible formatting marks.
@@ -63,58 +62,6 @@ class EventIn(BaseModel):
         if self.timestamp is not None:
             errors.extend(limits.timestamp_errors(self.timestamp))
         return errors
-
-
-@dataclass(frozen=True)
-class EventLimits:
-    """The values an event may carry, from the settings.
-
-    Parameters
-    ----------
-    rating_min, rating_max
-        The explicit-feedback scale (MovieLens: 0.5–5.0).
-    timestamp_min
-        The earliest event time accepted, in seconds since the epoch (default 1990):
-        an older one is a unit mistake (milliseconds read as seconds go the other way
-        and land centuries ahead) or a forged backfill.
-    timestamp_ahead_seconds
-        How far past this machine's clock an event may be dated: enough for producers
-        whose clocks drift, not enough to plant events that stay "newest" for a year.
-
-    Examples
-    --------
-    >>> limits = EventLimits(0.5, 5.0, timestamp_min=0.0, timestamp_ahead_seconds=60.0)
-    >>> [p.field for p in limits.timestamp_errors(time.time() + 3600)]
-    ['timestamp']
-    """
-
-    rating_min: float = 0.5
-    rating_max: float = 5.0
-    timestamp_min: float = 631_152_000.0  # 1990-01-01T00:00:00Z
-    timestamp_ahead_seconds: float = 86_400.0
-
-    def timestamp_errors(self, timestamp: float) -> list[Problem]:
-        """Why ``timestamp`` is refused, if it is: not finite, or outside the window."""
-        if not math.isfinite(timestamp):
-            return [Problem("timestamp", f"timestamp must be finite, got {timestamp}")]
-        latest = time.time() + self.timestamp_ahead_seconds
-        if not self.timestamp_min <= timestamp <= latest:
-            return [
-                Problem(
-                    "timestamp",
-                    f"timestamp {timestamp} is outside {self.timestamp_min:.0f}..{latest:.0f} "
-                    "(seconds since 1970-01-01 UTC)",
-                )
-            ]
-        return []
-
-
-@dataclass(frozen=True)
-class Problem:
-    """One reason an event was refused: the field and what is wrong with it."""
-
-    field: str
-    message: str
 
 
 def parse_event(raw: Any, limits: EventLimits) -> tuple[NewEvent | None, list[Problem]]:
