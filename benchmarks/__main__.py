@@ -1,3 +1,5 @@
-from benchmarks.cli import app
+"""``python -m benchmarks``: the ``driftline`` command, tooling included."""
+
+from service.cli import app
 
 app()

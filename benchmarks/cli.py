@@ -1,8 +1,9 @@
-"""The full ``driftline`` command: the server's commands plus tooling and deployment.
+"""``driftline``'s tooling commands: the demo, benchmarks, replays, the embedded broker
+and the Lambda package.
 
-The server's own commands (``serve``, ``consume``) live in :mod:`service.cli`; this module
-adds what operators and developers run around the server (the demo, benchmarks, replays,
-the embedded broker, the Lambda package), so the server never imports its tooling.
+They join the ``driftline`` command of :mod:`service.cli` by name (its
+``TOOLING_COMMANDS``), which imports this module only when one of them is asked for, so
+the server never imports its tooling. ``app`` is that whole command.
 """
 
 from __future__ import annotations
@@ -16,8 +17,13 @@ import typer
 
 from service.cli import app
 
+__all__ = ["app", "tooling"]
 
-@app.command()
+#: The tooling commands; ``driftline`` finds them here by name.
+tooling = typer.Typer(help="Driftline's tooling: demo, benchmarks, replays, broker, packaging.")
+
+
+@tooling.command()
 def broker(
     port: Annotated[int, typer.Option(help="Port on 127.0.0.1.")] = 9092,
     topic: Annotated[str, typer.Option(help="Topic to create.")] = "events",
@@ -41,7 +47,7 @@ def broker(
             pass
 
 
-@app.command()
+@tooling.command()
 def demo(
     limit: Annotated[
         int | None, typer.Option(help="Replay only the first N ratings (shorter demo).")
@@ -65,7 +71,7 @@ def demo(
     run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka, drift=drift)
 
 
-@app.command()
+@tooling.command()
 def bench(
     name: Annotated[
         str,
@@ -152,7 +158,7 @@ def bench(
             typer.echo(f"{key:32} {value}")
 
 
-@app.command()
+@tooling.command()
 def replay(
     to: Annotated[str, typer.Option(help="Target: http (POST /ingest) or kafka.")],
     dataset: Annotated[Path, typer.Option(help="Ratings file (MovieLens CSV or TSV).")],
@@ -208,7 +214,7 @@ def replay(
         typer.echo(json.dumps(summary.as_dict(), sort_keys=True))
 
 
-@app.command("package-function")
+@tooling.command("package-function")
 def package_function(
     output: Annotated[Path, typer.Option(help="Zip file to write.")] = Path(
         "dist/driftline-worker.zip"
@@ -223,7 +229,7 @@ def package_function(
     typer.echo(f"sha256 {info.sha256}")
 
 
-@app.command("deploy-function")
+@tooling.command("deploy-function")
 def deploy_function(
     name: Annotated[str, typer.Option(help="Lambda function name.")] = "driftline-worker",
     role: Annotated[

@@ -1,15 +1,23 @@
-"""The server's ``driftline`` commands: ``serve``, ``consume`` and ``keys``.
+"""The ``driftline`` command: the server's ``serve``, ``consume``, ``keys`` and ``settings``.
 
 Every setting is a flag. The flags are generated from ``Settings``' fields (name in
 kebab case, the field's description as help), so a new setting is on the command line
 the moment it exists; a flag wins over its ``DRIFTLINE_*`` variable, which wins over the
 default. ``none`` clears a setting that may be empty (``--refresh-events none``).
+
+The tooling commands (the demo, benchmarks, replays, the embedded broker, the Lambda
+package) belong to :mod:`benchmarks.cli` and join this group by name: it imports them
+only when one of them runs or ``--help`` lists them, so the server never imports its
+tooling.
 """
 
 from __future__ import annotations
 
+import functools
+import importlib
 import inspect
 import ipaddress
+import json
 import logging
 import sys
 from collections.abc import Callable
@@ -18,22 +26,45 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 
 import typer
 from pydantic import ValidationError
+from typer.core import TyperGroup
 
 from service.keys_cli import app as keys_app
 from service.settings import Settings
 
-app = typer.Typer(help="Driftline: streaming continual learning for recommendations.")
+#: The commands :mod:`benchmarks.cli` adds, in the order ``--help`` lists them.
+TOOLING_COMMANDS = ("demo", "bench", "replay", "broker", "package-function", "deploy-function")
 
-#: What a flag says for a field without a description of its own.
-_HELP = {
-    "host": "Interface to bind.",
-    "port": "Port to listen on.",
-    "data_dir": "Directory of the embedded SQLite file and file:// object store.",
-    "log_level": "debug, info, warning or error.",
-    "kafka_topic": "Topic to consume.",
-    "kafka_replica": "This replica's number, from 0 (Kafka partitions p % replicas).",
-    "kafka_replicas": "How many replicas split the topic.",
-}
+
+@functools.cache
+def _tooling() -> Any:
+    """The tooling commands' group, imported on first use; None where ``benchmarks`` is
+    not installed. (Typed loosely: typer vendors click, so its group's class depends on
+    typer's version.)"""
+    try:
+        tooling = importlib.import_module("benchmarks.cli").tooling
+    except ImportError:
+        return None
+    return typer.main.get_command(tooling)
+
+
+class DriftlineGroup(TyperGroup):
+    """``driftline``'s commands: the server's own, then the tooling commands, which are
+    looked up in :mod:`benchmarks.cli` only when asked for by name or listed."""
+
+    def list_commands(self, ctx: Any) -> list[str]:
+        return [*super().list_commands(ctx), *TOOLING_COMMANDS]
+
+    def get_command(self, ctx: Any, cmd_name: str) -> Any:
+        command = super().get_command(ctx, cmd_name)
+        if command is not None or cmd_name not in TOOLING_COMMANDS:
+            return command
+        tooling = _tooling()
+        return None if tooling is None else tooling.get_command(ctx, cmd_name)
+
+
+app = typer.Typer(
+    cls=DriftlineGroup, help="Driftline: streaming continual learning for recommendations."
+)
 
 
 #: Short names kept from earlier releases.
@@ -83,8 +114,7 @@ def _option(name: str) -> inspect.Parameter:
     field = Settings.model_fields[name]
     default = "none" if field.default is None else field.default
     help_text = (
-        f"{field.description or _HELP.get(name, '')} "
-        f"(env DRIFTLINE_{name.upper()}, default {default})"
+        f"{field.description or ''} (env DRIFTLINE_{name.upper()}, default {default})"
     ).lstrip()
     flag = "--" + name.replace("_", "-")
     if field.annotation is bool:
@@ -109,6 +139,54 @@ def with_settings_flags(command: Callable[[Settings], None]) -> Callable[..., No
     run.__doc__ = command.__doc__
     options = [_option(name) for name in Settings.model_fields]
     run.__signature__ = inspect.Signature(options)  # type: ignore[attr-defined]
+    return run
+
+
+def show_settings(*, as_json: bool = False, markdown: bool = False, **flags: Any) -> None:
+    """Print every setting in force, by concern, and where it came from; secrets masked.
+
+    Each value came from a flag, an environment variable (named) or the default.
+    """
+    from service.settings import docs
+
+    if markdown:
+        typer.echo(docs.markdown(), nl=False)
+        return
+    entries = docs.effective(_settings(**flags), {n for n, v in flags.items() if v is not None})
+    if as_json:
+        typer.echo(json.dumps(docs.as_json(entries), indent=2))
+    else:
+        typer.echo(docs.as_text(entries), nl=False)
+
+
+def _settings_command() -> Callable[..., None]:
+    """``show_settings`` as a typer command: ``--json``, ``--markdown`` and every setting."""
+
+    def run(**flags: Any) -> None:
+        show_settings(**flags)
+
+    run.__name__ = "settings"
+    run.__doc__ = show_settings.__doc__
+    json_flag = typer.Option("--json", help="Print one JSON object: {group: {setting: ...}}.")
+    markdown_flag = typer.Option(
+        "--markdown", help="Print the settings reference (docs/settings.md) instead."
+    )
+    switches = [
+        inspect.Parameter(
+            "as_json",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[bool, json_flag],
+        ),
+        inspect.Parameter(
+            "markdown",
+            inspect.Parameter.KEYWORD_ONLY,
+            default=False,
+            annotation=Annotated[bool, markdown_flag],
+        ),
+    ]
+    options = [_option(name) for name in Settings.model_fields]
+    run.__signature__ = inspect.Signature(switches + options)  # type: ignore[attr-defined]
     return run
 
 
@@ -235,6 +313,7 @@ def consume(settings: Settings) -> None:
 app.command("serve")(with_settings_flags(serve))
 app.command("consume")(with_settings_flags(consume))
 app.add_typer(keys_app, name="keys")
+app.command("settings")(_settings_command())
 
 
 if __name__ == "__main__":
