@@ -17,7 +17,6 @@ from fastapi.routing import APIRoute
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from functions.objectstore import open_object_store
 from service.api.access import Access, Refused, authorize
 from service.api.fastpath import RecommendFastPath
 from service.api.hardening import Hardening
@@ -40,10 +39,9 @@ from service.auth.sessions import Sessions
 from service.dashboard.assets import mount_static
 from service.ingest.kafka import EventConsumer
 from service.metrics import Metrics
-from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database, is_unavailable
-from service.stream.pipeline import RETRAIN_SHUTDOWN_GRACE_S, Pipeline
+from service.wiring import RETRAIN_SHUTDOWN_GRACE_S, Driftline, build_driftline
 
 log = logging.getLogger(__name__)
 
@@ -62,29 +60,12 @@ def _freeze_startup_objects() -> None:
     gc.freeze()
 
 
-def build_pipeline(
-    settings: Settings, *, background_retrain: bool = True, metrics: Metrics | None = None
-) -> Pipeline:
-    """Database, object store, registry and pipeline, restored from what is stored."""
-    settings.data_dir.mkdir(parents=True, exist_ok=True)
-    db = Database(settings.resolved_database_url)
-    registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
-    pipeline = Pipeline(
-        settings, db, registry, metrics or Metrics(), background_retrain=background_retrain
-    )
-    pipeline.restore()
-    pipeline.retrainer.resume_interrupted()
-    if not background_retrain and pipeline.retrainer.published.is_set():
-        pipeline.follow_registry()  # a job resumed inline published its version
-    return pipeline
-
-
-def consumer_for(pipeline: Pipeline) -> EventConsumer:
-    """The Kafka consumer the settings describe, feeding ``pipeline``."""
-    settings = pipeline.settings
+def consumer_for(driftline: Driftline) -> EventConsumer:
+    """The Kafka consumer the settings describe, feeding ``driftline``."""
+    settings = driftline.settings
     assert settings.kafka_bootstrap is not None
     return EventConsumer(
-        pipeline,
+        driftline,
         settings.kafka_bootstrap,
         settings.kafka_topic,
         replica=settings.kafka_replica,
@@ -98,30 +79,29 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        pipeline = build_pipeline(settings, metrics=app.state.metrics)
-        pipeline.notifier.start()
+        driftline = build_driftline(settings, metrics=app.state.metrics)
+        driftline.start()
         app.state.settings = settings
-        app.state.pipeline = pipeline
-        app.state.consumer = start_consumer(pipeline) if settings.kafka_bootstrap else None
-        app.state.access = access_for(settings, pipeline)
+        app.state.driftline = driftline
+        app.state.consumer = start_consumer(driftline) if settings.kafka_bootstrap else None
+        app.state.access = access_for(settings, driftline.db)
         app.state.access.ring.start()
-        pipeline.start_following(settings.registry_poll_seconds)
         if freeze_startup:
             _freeze_startup_objects()
         yield
         # One grace for the whole stop: the consumer's batch and a running job share it,
         # so a supervisor's stop timeout (RETRAIN_SHUTDOWN_GRACE_S plus a flush) holds.
         deadline = time.monotonic() + RETRAIN_SHUTDOWN_GRACE_S
-        pipeline.stop_following()
+        driftline.follower.stop()
         app.state.access.ring.stop()
         if app.state.consumer is not None:
             app.state.consumer.stop()
             app.state.consumer_thread.join(timeout=max(0.0, deadline - time.monotonic()))
-        pipeline.shut_down(deadline - time.monotonic())
-        pipeline.db.dispose()
+        driftline.shut_down(deadline - time.monotonic())
+        driftline.db.dispose()
 
-    def start_consumer(pipeline: Pipeline) -> EventConsumer:
-        consumer = consumer_for(pipeline)
+    def start_consumer(driftline: Driftline) -> EventConsumer:
+        consumer = consumer_for(driftline)
         app.state.consumer_thread = threading.Thread(
             target=consumer.run, name="kafka-consumer", daemon=True
         )
@@ -160,7 +140,7 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
             raise exc  # a bug, not an outage: the server's own 500
         reason = getattr(exc, "orig", None) or exc
         if request.url.path == "/ingest":
-            request.app.state.pipeline.metrics.ingest_rejected.labels(reason="unavailable").inc()
+            request.app.state.driftline.metrics.ingest_rejected.labels(reason="unavailable").inc()
         log.error("database unavailable: %s: %s", type(reason).__name__, reason)
         detail = f"the database is unreachable ({type(reason).__name__})"
         if request.method in ("GET", "HEAD"):
@@ -184,11 +164,11 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
     return app
 
 
-def access_for(settings: Settings, pipeline: Pipeline) -> Access:
+def access_for(settings: Settings, db: Database) -> Access:
     """The key ring (loaded now), the session issuer and the open paths."""
     secret = settings.session_secret
     return Access(
-        KeyRing(pipeline.db, settings.key_refresh_seconds),
+        KeyRing(db, settings.key_refresh_seconds),
         Sessions(
             secret.get_secret_value().encode() if secret else None,
             settings.session_hours * 3600,

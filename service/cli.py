@@ -286,28 +286,27 @@ def consume(settings: Settings) -> None:
     """Consume Kafka into the event store (and the pipeline) without serving HTTP."""
     import signal
 
-    from service.app import build_pipeline, consumer_for
+    from service.app import consumer_for
+    from service.wiring import build_driftline
 
     if not settings.kafka_bootstrap:
         raise typer.BadParameter("--kafka-bootstrap (or DRIFTLINE_KAFKA_BOOTSTRAP) is required")
     _configure_logging(settings)
-    pipeline = build_pipeline(settings)
+    driftline = build_driftline(settings)
     if settings.metrics_port is not None:
         from prometheus_client import start_http_server
 
         # Consumer lag and ingestion counters for Prometheus; read-only, no key needed.
-        start_http_server(settings.metrics_port, settings.host, registry=pipeline.metrics.registry)
-    pipeline.notifier.start()
-    pipeline.start_following(settings.registry_poll_seconds)
-    consumer = consumer_for(pipeline)
+        start_http_server(settings.metrics_port, settings.host, registry=driftline.metrics.registry)
+    driftline.start()
+    consumer = consumer_for(driftline)
     signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
     try:
         consumer.run()
     except KeyboardInterrupt:
         consumer.stop()
     finally:
-        pipeline.stop_following()
-        pipeline.shut_down()
+        driftline.shut_down()
 
 
 app.command("serve")(with_settings_flags(serve))

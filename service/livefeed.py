@@ -1,4 +1,4 @@
-"""A ring buffer of recent dashboard events, fed by the pipeline and read by the SSE stream.
+"""The live feed: a ring buffer of recent heartbeats, alerts, jobs and swaps for the dashboard.
 
 The pipeline must never wait on a browser: ``publish`` appends under a short lock and
 returns, the oldest events fall off the end, and readers copy what they need under the

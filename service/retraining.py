@@ -20,7 +20,7 @@ from retrain.convergence import StopReason
 from retrain.lifecycle import Retrainer
 from retrain.spec import JobSpec
 from service.alerting import Notifier, NoWebhook, budget_notice, job_failed_notice
-from service.dashboard.events import EventBuffer
+from service.livefeed import EventBuffer
 from service.metrics import Metrics
 from service.serving.registry import ModelRegistry
 from service.settings import Settings

@@ -17,7 +17,7 @@ from sqlalchemy.engine import make_url
 
 from service.app import create_app
 from service.settings import Settings
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline
 from tests.support.databases import external_url, isolated_schema, not_configured_reason
 from tests.support.pipelines import pipeline_factory, small_settings
 
@@ -75,7 +75,7 @@ def client(settings: Settings) -> Iterator[TestClient]:
 
 
 @pytest.fixture
-def small_pipelines(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+def small_pipelines(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
     """Pipelines on the test's data directory and database with small settings (a
     bootstrap after 200 events, heartbeats of 50, two epochs on threads, no refresh, no
     registry polling), each overridable; a second call is a restart. All are closed

@@ -30,10 +30,9 @@ from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
 from benchmarks.scenarios import SCENARIOS, PlantedDrift, plant, synthetic_stream
 from drift import DETECTORS, DriftAlert, DriftDetector, Heartbeat, make_detector
 from drift.detectors import DEFAULT_DETECTOR
-from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import list_alerts, list_heartbeats
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 
 #: An alert this many events after the onset still counts as detecting it (the
 #: gradual scenario ramps over 20,000 events); a later one is a miss.
@@ -91,7 +90,7 @@ def _detectors(settings: Settings) -> dict[str, DriftDetector]:
 
 
 def _replay(
-    pipeline: Pipeline, stream: RatingStream, size: int, river: RiverTrack | None, since: int = 0
+    pipeline: Driftline, stream: RatingStream, size: int, river: RiverTrack | None, since: int = 0
 ) -> tuple[np.ndarray, float | None]:
     """Replay ``stream``; river's predictions and its hit-rate@10 from ``since`` on."""
     predictions = []
@@ -126,7 +125,7 @@ def _river_hits(river: RiverTrack) -> tuple[float, int]:
     return (tracker.hit_rate("river") or 0.0) * count, count
 
 
-def _segment_figures(pipeline: Pipeline, since: int) -> dict[str, float | None]:
+def _segment_figures(pipeline: Driftline, since: int) -> dict[str, float | None]:
     """RMSE (and hit-rate where heartbeats carry it) of the heartbeats after ``since``."""
     with pipeline.db.connect() as conn:
         beats = [b for b in list_heartbeats(conn) if b["events_seen"] > since]
@@ -177,20 +176,20 @@ def _run_scenario(planted: PlantedDrift, batch_size: int) -> dict[str, Any]:
     since = onset if onset is not None else 0
     with tempfile.TemporaryDirectory(prefix="driftline-drift-") as tmp:
         settings = _settings(tmp)
-        pipeline = build_pipeline(settings, background_retrain=False)
+        pipeline = build_driftline(settings, background_retrain=False)
         shadows = {
             name: d for name, d in _detectors(settings).items() if name != settings.drift_detector
         }
-        watched = ShadowedDetector(pipeline.monitor, shadows)
-        pipeline.monitor = watched
-        river = RiverTrack(ranking=pipeline.ranking.sampler)
+        watched = ShadowedDetector(pipeline.monitor.detector, shadows)
+        pipeline.monitor.detector = watched
+        river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
         river_predictions, river_hit_rate = _replay(pipeline, stream, batch_size, river, since)
         driftline = _segment_figures(pipeline, since)
         primary_alerts = _alerts_of(pipeline)
         pipeline.retrainer.close()
         pipeline.db.dispose()
     with tempfile.TemporaryDirectory(prefix="driftline-foldin-") as tmp:
-        foldin_pipeline = build_pipeline(
+        foldin_pipeline = build_driftline(
             _settings(tmp, retrain_policy="never"), background_retrain=False
         )
         _replay(foldin_pipeline, stream, batch_size, None)
@@ -217,7 +216,7 @@ def _run_scenario(planted: PlantedDrift, batch_size: int) -> dict[str, Any]:
     }
 
 
-def _alerts_of(pipeline: Pipeline) -> list[DriftAlert]:
+def _alerts_of(pipeline: Driftline) -> list[DriftAlert]:
     with pipeline.db.connect() as conn:
         rows = list_alerts(conn, limit=100_000)
     return [

@@ -36,11 +36,11 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 from benchmarks.broker import EmbeddedBroker, create_topic
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
 from benchmarks.launcher import ServerProcess, free_port
-from service.app import build_pipeline
 from service.ingest.kafka import EventConsumer
 from service.settings import Settings
 from service.store import Database
 from service.store.events import NewEvent, count_events, store_events
+from service.wiring import build_driftline
 
 HTTP_BATCH = 500
 
@@ -129,7 +129,7 @@ def _kafka(stream: RatingStream, workdir: Path) -> dict[str, float | None]:
         bare = _read_only(broker.bootstrap, len(stream))
         two = _kafka_replicas(broker.bootstrap, stream, workdir, replicas=2)
         settings = Settings(data_dir=workdir / "kafka", retrain_enabled=False)
-        pipeline = build_pipeline(settings, background_retrain=False)
+        pipeline = build_driftline(settings, background_retrain=False)
         consumer = EventConsumer(pipeline, broker.bootstrap, "events")
         thread = threading.Thread(target=consumer.run, daemon=True)
         started = time.perf_counter()

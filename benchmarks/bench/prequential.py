@@ -18,12 +18,11 @@ from typing import Any
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
-from service.app import build_pipeline
 from service.settings import Settings
 from service.store.alerts import list_alerts
 from service.store.events import NewEvent
 from service.store.jobs import count_jobs
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 
 
 def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> list[NewEvent]:
@@ -41,7 +40,7 @@ def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> l
     ]
 
 
-def _replay(pipeline: Pipeline, river: RiverTrack, stream: RatingStream, size: int) -> float:
+def _replay(pipeline: Driftline, river: RiverTrack, stream: RatingStream, size: int) -> float:
     """Seconds the pipeline spent ingesting, retraining included."""
     spent = 0.0
     for start in range(0, len(stream), size):
@@ -65,18 +64,18 @@ def run_prequential(
     stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
     with tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp:
         settings = Settings(data_dir=Path(tmp), retrain_runtime="inprocess")
-        pipeline = build_pipeline(settings, background_retrain=False)
-        river = RiverTrack(ranking=pipeline.ranking.sampler)
+        pipeline = build_driftline(settings, background_retrain=False)
+        river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
         spent = _replay(pipeline, river, stream, batch_size)
         # Jobs and the swaps that follow them run inline here; the service runs both off
         # the ingest path (the job thread, the registry follower), so both are excluded.
-        retrain_s = pipeline.retrainer.training_seconds + pipeline.swap_seconds
+        retrain_s = pipeline.retrainer.training_seconds + pipeline.swapper.swap_seconds
         with pipeline.db.connect() as conn:
             alerts = len(list_alerts(conn, limit=100_000))
             retrains = count_jobs(conn, status="succeeded")
         versions = len(pipeline.registry.versions())
-        summary = pipeline.tracker.summary()
-        ranking = pipeline.ranking.tracker
+        summary = pipeline.learner.tracker.summary()
+        ranking = pipeline.learner.ranking.tracker
         pipeline.db.dispose()
     return {
         "dataset": str(dataset or MOVIELENS_SMALL.name),
@@ -99,6 +98,6 @@ def run_prequential(
         "driftline_events_per_s": len(stream) / (spent - retrain_s),
         "driftline_with_retraining_events_per_s": len(stream) / spent,
         "retrain_s": retrain_s,
-        "ranking_s": pipeline.ranking.seconds,
+        "ranking_s": pipeline.learner.ranking.seconds,
         "river_events_per_s": river.events_per_s,
     }

@@ -44,10 +44,10 @@ from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.load import LoadResult, drive, require_wrk
 from benchmarks.naive_serving import save_arrays
-from service.app import build_pipeline
 from service.auth.keys import create_key
 from service.settings import Settings
 from service.store.events import NewEvent, recent_pairs
+from service.wiring import build_driftline
 
 CONNECTIONS = 32
 TRAIN_SHARE = 0.6
@@ -88,7 +88,7 @@ def _prepare(stream: RatingStream, workdir: Path) -> Prepared:
         bootstrap_events=len(stream) + 1,
         refresh_events=None,
     )
-    pipeline = build_pipeline(settings, background_retrain=False)
+    pipeline = build_driftline(settings, background_retrain=False)
     for start in range(0, split, 5_000):
         pipeline.ingest(_events(stream, start, min(split, start + 5_000)))
     pipeline.retrain_now("bench")

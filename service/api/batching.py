@@ -5,7 +5,7 @@ lets the event loop parse and answer other requests on the second core meanwhile
 (``service.api.fastpath``). Handing each request over on its own cost nearly as much
 as the search: a future, a wake-up of the thread, and a wake-up of the loop through
 its self-pipe per request. Here requests queue while the thread is busy, and the
-thread takes every waiting one at once: one ``Pipeline.recommend_many`` (one faiss
+thread takes every waiting one at once: one ``Recommender.recommend_many`` (one faiss
 search for all of them, which costs about half as much per query as one each) and
 one wake-up of the loop per batch. Under load the batches grow by themselves; a lone
 request is searched alone, at once.
@@ -19,7 +19,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 
-from service.stream.pipeline import Pipeline, Recommendation
+from service.serving.recommender import Recommendation, Recommender
 
 #: Most requests one search takes; 32 connections never queue more.
 MOST_PER_BATCH = 64
@@ -27,7 +27,7 @@ MOST_PER_BATCH = 64
 
 @dataclass(frozen=True)
 class _Waiting:
-    pipeline: Pipeline
+    recommender: Recommender
     user_id: str
     k: int
     future: asyncio.Future[Recommendation]
@@ -48,8 +48,8 @@ class RecommendBatcher:
         self._ready = threading.Condition()
         self._thread: threading.Thread | None = None
 
-    async def recommend(self, pipeline: Pipeline, user_id: str, k: int) -> Recommendation:
-        """``pipeline.recommend(user_id, k)``, computed on the search thread."""
+    async def recommend(self, recommender: Recommender, user_id: str, k: int) -> Recommendation:
+        """``recommender.recommend(user_id, k)``, computed on the search thread."""
         loop = asyncio.get_running_loop()
         future: asyncio.Future[Recommendation] = loop.create_future()
         with self._ready:
@@ -58,7 +58,7 @@ class RecommendBatcher:
                     target=self._serve, name="recommend-search", daemon=True
                 )
                 self._thread.start()
-            self._waiting.append(_Waiting(pipeline, user_id, k, future, loop))
+            self._waiting.append(_Waiting(recommender, user_id, k, future, loop))
             self._ready.notify()
         return await future
 
@@ -74,14 +74,14 @@ class RecommendBatcher:
     @staticmethod
     def _answer(batch: list[_Waiting]) -> None:
         """Recommend for every request of ``batch`` and hand each loop its answers."""
-        by_pipeline: dict[int, list[_Waiting]] = defaultdict(list)
+        by_recommender: dict[int, list[_Waiting]] = defaultdict(list)
         for waiting in batch:
-            by_pipeline[id(waiting.pipeline)].append(waiting)
+            by_recommender[id(waiting.recommender)].append(waiting)
         by_loop: dict[asyncio.AbstractEventLoop, list[tuple[_Waiting, object]]] = defaultdict(list)
-        for group in by_pipeline.values():
+        for group in by_recommender.values():
             try:
                 outcomes: list[object] = list(
-                    group[0].pipeline.recommend_many([(w.user_id, w.k) for w in group])
+                    group[0].recommender.recommend_many([(w.user_id, w.k) for w in group])
                 )
             except Exception as exc:  # every request of the search gets the failure
                 outcomes = [exc] * len(group)

@@ -10,7 +10,7 @@ route would accept, the overwhelming majority, directly from the ASGI scope:
   route's own rules (``k`` written as plain digits);
 * the caller is allowed exactly as ``service.api.access.authorize`` allows it: the
   service is open, the route is public, or a ``Bearer`` key with the ``read`` right;
-* the recommendation is quick to compute (``Pipeline.recommend_is_quick``).
+* the recommendation is quick to compute (``Recommender.is_quick``).
 
 When an item index serves the version (``SERVING_INDEX``), the recommendation itself is
 computed on a thread of its own, many requests at a time (``service.api.batching``):
@@ -42,7 +42,7 @@ from service.api.batching import RecommendBatcher
 from service.api.limits import Limited
 from service.api.routes import recommend
 from service.ingest.validation import IDENTIFIER_PATTERN
-from service.stream.pipeline import Pipeline, Recommendation
+from service.serving.recommender import Recommendation, Recommender
 
 PATH = "/recommend"
 _IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
@@ -76,8 +76,8 @@ class RecommendFastPath:
     async def _answer(self, scope: Scope) -> tuple[int, bytes, list[tuple[bytes, bytes]]] | None:
         """Status, body and extra headers, or None for the FastAPI route to answer."""
         state = scope["app"].state
-        pipeline = state.pipeline
-        if not pipeline.recommend_is_quick:
+        recommender = state.driftline.recommender
+        if not recommender.is_quick:
             return None
         query = _query(scope)
         if query is None:
@@ -97,7 +97,7 @@ class RecommendFastPath:
                     for name, value in (exc.headers or {}).items()
                 ]
                 return 429, body, headers
-        result = await self._recommend(pipeline, *query)
+        result = await self._recommend(recommender, *query)
         body = orjson.dumps(
             {
                 "user_id": result.user_id,
@@ -108,16 +108,16 @@ class RecommendFastPath:
         )
         return 200, body, []
 
-    async def _recommend(self, pipeline: Pipeline, user_id: str, k: int) -> Recommendation:
-        """``pipeline.recommend``, on the search thread when an item index serves it.
+    async def _recommend(self, recommender: Recommender, user_id: str, k: int) -> Recommendation:
+        """``recommender.recommend``, on the search thread when an item index serves it.
 
         One thread: requests are the loop's to interleave, and a second searcher would
         only compete with it for the two cores this was measured on. ``recommend``
         reads published snapshots only, so it is safe off the loop.
         """
-        if not pipeline.recommend_searches_index:
-            return pipeline.recommend(user_id, k)
-        return await self._searcher.recommend(pipeline, user_id, k)
+        if not recommender.searches_index:
+            return recommender.recommend(user_id, k)
+        return await self._searcher.recommend(recommender, user_id, k)
 
 
 def _query(scope: Scope) -> tuple[str, int] | None:

@@ -1,4 +1,4 @@
-"""What each dashboard page shows, gathered from the pipeline and the store.
+"""What each dashboard page shows, gathered from the read models and the store.
 
 The functions here return plain dicts (JSON-ready), built from the same calls as the
 JSON endpoints, so a page never says something the API would not. ``accuracy_series``
@@ -16,9 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from service.reads import StreamReads
 from service.store.alerts import get_alert, list_alerts
 from service.store.jobs import get_job, list_jobs
-from service.stream.pipeline import Pipeline
 
 __all__ = [
     "accuracy_series",
@@ -36,11 +36,11 @@ RATE_HEARTBEATS = 5
 RECENT = 10
 
 
-def accuracy_series(pipeline: Pipeline) -> dict[str, Any]:
+def accuracy_series(reads: StreamReads) -> dict[str, Any]:
     """Heartbeats, alerts, swaps, job spans and the alert threshold, on one axis of
     labelled events seen: what the accuracy chart draws."""
-    beats = pipeline.heartbeats()
-    with pipeline.db.connect() as conn:
+    beats = reads.heartbeats()
+    with reads.db.connect() as conn:
         alerts = list_alerts(conn, 1000)
         jobs = list_jobs(conn, 200)
     return {
@@ -49,9 +49,9 @@ def accuracy_series(pipeline: Pipeline) -> dict[str, Any]:
             {"id": a["id"], "events_seen": a["events_seen"], "after": a["after"]}
             for a in reversed(alerts)
         ],
-        "swaps": _swaps(pipeline, beats),
+        "swaps": _swaps(reads, beats),
         "jobs": _job_spans(jobs, beats),
-        "threshold": _threshold(pipeline),
+        "threshold": reads.alert_band(),
     }
 
 
@@ -68,12 +68,12 @@ def _events_at(beats: list[dict[str, Any]]) -> Callable[[float], float]:
     return lambda at: float(np.interp(at, times, seen))
 
 
-def _swaps(pipeline: Pipeline, beats: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _swaps(reads: StreamReads, beats: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Each time a version started serving (a publish or a rollback), on the chart's axis."""
     if len(beats) < 2:
         return []
     events_at = _events_at(beats)
-    intervals = sorted(pipeline.registry.serving_intervals(), key=lambda i: i.started_at)
+    intervals = sorted(reads.registry.serving_intervals(), key=lambda i: i.started_at)
     return [
         {"events_seen": events_at(i.started_at), "version": i.version, "trigger": i.trigger}
         for i in intervals
@@ -98,15 +98,6 @@ def _job_spans(jobs: list[dict[str, Any]], beats: list[dict[str, Any]]) -> list[
     ]
 
 
-def _threshold(pipeline: Pipeline) -> dict[str, Any] | None:
-    """The band between the monitor's reference RMSE and the RMSE that raises an alert."""
-    level = getattr(pipeline.monitor, "level", None)
-    if level is None:
-        return None
-    rise = pipeline.settings.min_relative_drop
-    return {"reference_rmse": math.sqrt(level), "alert_rmse": math.sqrt(level * (1 + rise))}
-
-
 def events_per_second(beats: list[dict[str, Any]]) -> float | None:
     """Labelled events per second over the last few heartbeats; None with too few."""
     recent = beats[-RATE_HEARTBEATS:]
@@ -123,39 +114,39 @@ def _spend_today(jobs: list[dict[str, Any]]) -> float:
     return sum(j.get("cost_usd") or 0.0 for j in jobs if j["created_at"] >= midnight)
 
 
-def overview(pipeline: Pipeline, consumer: Any | None) -> dict[str, Any]:
+def overview(reads: StreamReads, consumer: Any | None) -> dict[str, Any]:
     """The overview's figures: what serves, how well, what runs, what it costs."""
-    beats = pipeline.heartbeats()
-    with pipeline.db.connect() as conn:
+    beats = reads.heartbeats()
+    with reads.db.connect() as conn:
         alerts = list_alerts(conn, RECENT)
         jobs = list_jobs(conn, 200)
-    current = pipeline.current
-    running = pipeline.retrainer.active_job_id
+    current = reads.current
+    running = reads.running_job_id
     return {
-        "version": pipeline.serving.version,
+        "version": reads.serving_version,
         "version_created_at": None if current is None else current.row.get("created_at"),
-        "labelled_seen": pipeline.labelled_seen,
+        "labelled_seen": reads.labelled_seen,
         "events_per_second": events_per_second(beats),
         "kafka": None if consumer is None else asdict(consumer.state),
-        "tracks": pipeline.accuracy_summary(),
-        "policy": pipeline.policy_status(),
+        "tracks": reads.accuracy_summary(),
+        "policy": reads.policy_status(),
         "running_job": next((j for j in jobs if j["id"] == running), None),
         "spend_today_usd": _spend_today(jobs),
-        "budget_usd": pipeline.settings.retrain_budget_usd,
+        "budget_usd": reads.budget_usd,
         "alerts": alerts,
         "jobs": jobs[:RECENT],
         "heartbeats": [_heartbeat(b) for b in beats[-RECENT:]][::-1],
     }
 
 
-def alerts_page(pipeline: Pipeline) -> dict[str, Any]:
-    with pipeline.db.connect() as conn:
+def alerts_page(reads: StreamReads) -> dict[str, Any]:
+    with reads.db.connect() as conn:
         return {"alerts": list_alerts(conn, 500)}
 
 
-def alert_page(pipeline: Pipeline, alert_id: int) -> dict[str, Any] | None:
+def alert_page(reads: StreamReads, alert_id: int) -> dict[str, Any] | None:
     """One alert, its segments, its detection delay and the job it started."""
-    with pipeline.db.connect() as conn:
+    with reads.db.connect() as conn:
         alert = get_alert(conn, alert_id)
         job = None
         if alert is not None and alert.get("retrain_job_id") is not None:
@@ -168,15 +159,15 @@ def alert_page(pipeline: Pipeline, alert_id: int) -> dict[str, Any] | None:
     return {"alert": alert, "job": job, "delay_events": delay, "rise": rise}
 
 
-def jobs_page(pipeline: Pipeline) -> dict[str, Any]:
-    with pipeline.db.connect() as conn:
+def jobs_page(reads: StreamReads) -> dict[str, Any]:
+    with reads.db.connect() as conn:
         return {"jobs": list_jobs(conn, 500)}
 
 
-def job_page(pipeline: Pipeline, job_id: int) -> dict[str, Any] | None:
+def job_page(reads: StreamReads, job_id: int) -> dict[str, Any] | None:
     """One job: its epochs with the configurator's predictions beside what happened, and
     its worker invocations."""
-    with pipeline.db.connect() as conn:
+    with reads.db.connect() as conn:
         job = get_job(conn, job_id)
     if job is None:
         return None
@@ -217,10 +208,10 @@ def _epoch_row(epoch: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def versions_page(pipeline: Pipeline) -> dict[str, Any]:
+def versions_page(reads: StreamReads) -> dict[str, Any]:
     """Every kept version with its lineage, accuracy and when it served (the registry
     ``/models`` reads, with each version's job)."""
-    registry = pipeline.registry
+    registry = reads.registry
     served: dict[str, list[dict[str, Any]]] = {}
     for interval in registry.serving_intervals():
         served.setdefault(interval.version, []).append(
@@ -230,10 +221,10 @@ def versions_page(pipeline: Pipeline) -> dict[str, Any]:
                 "trigger": interval.trigger,
             }
         )
-    with pipeline.db.connect() as conn:
+    with reads.db.connect() as conn:
         jobs = {j["id"]: j for j in list_jobs(conn, 1000)}
-    live = _live_rmse(pipeline.heartbeats())
-    current = pipeline.serving.version
+    live = _live_rmse(reads.heartbeats())
+    current = reads.serving_version
     rows = []
     for version in registry.versions():
         job = jobs.get(version["job_id"]) if version["job_id"] is not None else None

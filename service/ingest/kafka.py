@@ -19,19 +19,36 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from kafka import KafkaConsumer, TopicPartition
 from kafka.errors import KafkaError
+from sqlalchemy import Connection
 
 from service.ingest.validation import EventLimits, parse_event_json
-from service.store.events import NewEvent
+from service.metrics import Metrics
+from service.settings import Settings
+from service.store import Database
+from service.store.events import IngestOutcome, NewEvent
 from service.store.offsets import DeadLetter, add_dead_letters, load_offsets, save_offsets
-from service.stream.pipeline import Pipeline
 
 log = logging.getLogger(__name__)
+
+
+class IngestTarget(Protocol):
+    """Where consumed events go: stored with the consumer's offsets in one transaction,
+    then evaluated and learnt (``service.wiring.Driftline``)."""
+
+    settings: Settings
+    db: Database
+    metrics: Metrics
+
+    def ingest(
+        self, batch: list[NewEvent], also_write: Callable[[Connection], None] | None = None
+    ) -> IngestOutcome: ...
+
 
 #: After this long without records, check that the broker still answers.
 _QUIET_PROBE_SECONDS = 2.0
@@ -96,11 +113,11 @@ def _decode_one(topic: str, record: Any, limits: EventLimits) -> tuple[NewEvent 
 
 
 class EventConsumer:
-    """Consumes a topic into a pipeline until ``stop()``; reconnects with backoff.
+    """Consumes a topic into ``target`` until ``stop()``; reconnects with backoff.
 
     Parameters
     ----------
-    pipeline
+    target
         Where events go (stored, evaluated, learned).
     bootstrap, topic
         The broker and topic.
@@ -110,7 +127,7 @@ class EventConsumer:
 
     def __init__(
         self,
-        pipeline: Pipeline,
+        target: IngestTarget,
         bootstrap: str,
         topic: str = "events",
         replica: int = 0,
@@ -119,7 +136,7 @@ class EventConsumer:
     ) -> None:
         if not 0 <= replica < replicas:
             raise ValueError(f"replica must be in 0..{replicas - 1}, got {replica}")
-        self.pipeline = pipeline
+        self.target = target
         self.bootstrap = bootstrap
         self.topic = topic
         self.replica = replica
@@ -202,7 +219,7 @@ class EventConsumer:
         the embedded broker's ListOffsets answer lags behind its log (its fetch
         high-water mark is right), so only the fetch path is trusted.
         """
-        with self.pipeline.db.connect() as conn:
+        with self.target.db.connect() as conn:
             stored = load_offsets(conn, self.topic)
         self._resumed_at = {}
         for tp in assigned:
@@ -262,19 +279,19 @@ class EventConsumer:
                 self._consumer.seek_to_beginning(tp)
 
     def _store(self, records: list[Any]) -> None:
-        settings = self.pipeline.settings
+        settings = self.target.settings
         decoded = decode(self.topic, records, settings.event_limits)
 
         def write_offsets(conn: Any) -> None:
             add_dead_letters(conn, decoded.dead)
             save_offsets(conn, self.topic, decoded.next_offsets)
 
-        self.pipeline.ingest(decoded.events, also_write=write_offsets)
+        self.target.ingest(decoded.events, also_write=write_offsets)
         self.state.consumed += len(records)
         self.state.positions.update(decoded.next_offsets)
         if decoded.dead:
             self.state.dead_letters += len(decoded.dead)
-            self.pipeline.metrics.dead_letters.inc(len(decoded.dead))
+            self.target.metrics.dead_letters.inc(len(decoded.dead))
             log.warning("%d malformed message(s) sent to dead letters", len(decoded.dead))
 
     def _refresh_lag(self) -> None:
@@ -287,7 +304,7 @@ class EventConsumer:
             position = self._consumer.position(tp)
             self.state.positions[tp.partition] = position
             self.state.lag[tp.partition] = max(0, high - position)
-            self.pipeline.metrics.consumer_lag.labels(partition=str(tp.partition)).set(
+            self.target.metrics.consumer_lag.labels(partition=str(tp.partition)).set(
                 self.state.lag[tp.partition]
             )
 

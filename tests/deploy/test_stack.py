@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from service.metrics import Metrics
-from service.stream.pipeline import RETRAIN_SHUTDOWN_GRACE_S
+from service.wiring import RETRAIN_SHUTDOWN_GRACE_S
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "docker-compose.yml"

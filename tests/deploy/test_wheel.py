@@ -66,7 +66,7 @@ def test_the_wheel_ships_the_data_set_its_license_and_run_time_files(wheel: Path
     assert {f"{vendor}/{name}" for name in shipped} <= names
     assert not any(name.startswith(("tests/", ".ci/")) for name in names)
     entry_points = next(n for n in names if n.endswith(".dist-info/entry_points.txt"))
-    assert "driftline = benchmarks.cli:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
+    assert "driftline = service.cli:app" in zipfile.ZipFile(wheel).read(entry_points).decode()
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ from benchmarks.launcher import ServerProcess, free_port
 from service.store import Database
 from service.store.events import count_events
 from service.store.offsets import load_offsets
-from service.stream.pipeline import RETRAIN_SHUTDOWN_GRACE_S
+from service.wiring import RETRAIN_SHUTDOWN_GRACE_S
 from tests.support.kafka import events, produce
 
 pytestmark = pytest.mark.slow

@@ -154,7 +154,7 @@ def test_only_a_hash_of_each_key_is_stored_and_last_use_is_recorded(
     token = tokens["read"]
     assert client.get("/models", headers={"Authorization": f"Bearer {token}"}).status_code == 200
     client.app.state.access.ring.refresh()  # type: ignore[attr-defined]
-    db = client.app.state.pipeline.db  # type: ignore[attr-defined]
+    db = client.app.state.driftline.db  # type: ignore[attr-defined]
     with db.connect() as conn:
         rows = [dict(r._mapping) for r in conn.execute(select(api_keys))]
     secret = token.split("_", 2)[2]

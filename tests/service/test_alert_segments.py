@@ -28,7 +28,7 @@ from service.settings import Settings
 from service.store.alerts import add_alert, get_alert, list_alerts
 from service.store.events import NewEvent, labelled_events, uniform_labelled
 from service.store.jobs import get_job, list_jobs
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline
 from tests.support.pipelines import pipeline_factory
 from tests.support.synthetic import stationary_stream
 
@@ -91,7 +91,7 @@ def _settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
     with pipeline_factory(
         lambda **overrides: _settings(tmp_path / "data", database_url, **overrides)
     ) as make:
@@ -112,18 +112,22 @@ def windows(monkeypatch: pytest.MonkeyPatch) -> list[RatingsWindow]:
     return seen
 
 
-def _replay(pipeline: Pipeline, events: list[NewEvent]) -> None:
+def _replay(pipeline: Driftline, events: list[NewEvent]) -> None:
     """Ingest ``events``; once the bootstrap version serves, the scripted detector
     watches a fresh aggregator counting from there, as after a restart at that point:
     its counts then differ from the service's by ``_events_offset``."""
     for start in range(0, len(events), 100):
-        if pipeline.current is not None and not isinstance(pipeline.monitor, ScriptedDetector):
-            assert pipeline.aggregator.pending_events == 0
-            pipeline.aggregator = HeartbeatAggregator(pipeline.settings.heartbeat_events)
-            pipeline._events_offset = start
-            pipeline.monitor = ScriptedDetector(FIRE_AT - start, CHANGE - start)
+        if pipeline.learner.current is not None and not isinstance(
+            pipeline.monitor.detector, ScriptedDetector
+        ):
+            assert pipeline.monitor.aggregator.pending_events == 0
+            pipeline.monitor.aggregator = HeartbeatAggregator(pipeline.settings.heartbeat_events)
+            pipeline.monitor.events_offset = start
+            pipeline.monitor.detector = ScriptedDetector(FIRE_AT - start, CHANGE - start)
         pipeline.ingest(events[start : start + 100])
-    assert isinstance(pipeline.monitor, ScriptedDetector) and pipeline.monitor.fired
+    assert (
+        isinstance(pipeline.monitor.detector, ScriptedDetector) and pipeline.monitor.detector.fired
+    )
 
 
 def _pairs(events: list[NewEvent]) -> list[tuple[str, str, float]]:
@@ -131,7 +135,7 @@ def _pairs(events: list[NewEvent]) -> list[tuple[str, str, float]]:
 
 
 def test_an_alert_is_stored_with_where_its_rise_comes_from(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     pipeline = make_pipeline()
     _replay(pipeline, _events())
@@ -156,7 +160,7 @@ def test_an_alert_is_stored_with_where_its_rise_comes_from(
 
 
 def test_an_alerts_segments_are_computed_again_on_the_events_after_it(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     """An alert raised soon after its change has few events per user behind it: the
     next heartbeat flushes compute its segments again on every event since."""
@@ -179,7 +183,7 @@ def test_an_alerts_segments_are_computed_again_on_the_events_after_it(
 
 
 def test_a_drift_job_trains_on_every_event_since_the_change_and_a_smaller_older_sample(
-    make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
+    make_pipeline: Callable[..., Driftline], windows: list[RatingsWindow]
 ) -> None:
     pipeline = make_pipeline(drift_window_history_ratio=0.5, drift_window_user_change_ratio=None)
     events = _events()
@@ -206,7 +210,7 @@ def test_a_drift_job_trains_on_every_event_since_the_change_and_a_smaller_older_
 
 
 def test_a_drift_job_learns_the_users_who_changed_from_the_change_on(
-    make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
+    make_pipeline: Callable[..., Driftline], windows: list[RatingsWindow]
 ) -> None:
     """The inverted users' older events would pull them back to the taste they left;
     those of the users the change left alone stay in the sample."""
@@ -239,7 +243,7 @@ def _pairs_of(window: RatingsWindow) -> list[tuple[str, str, float]]:
 
 
 def test_a_drift_job_has_the_drift_deadline_and_other_jobs_the_default(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     pipeline = make_pipeline(latency_cap_seconds=600.0, drift_latency_cap_seconds=45.0)
     _replay(pipeline, _events())
@@ -257,7 +261,7 @@ def test_a_drift_job_has_the_drift_deadline_and_other_jobs_the_default(
     ids=["persists", "switched-off", "regime-outgrew-the-history-sample"],
 )
 def test_the_jobs_after_a_drift_job_keep_its_change_point_until_the_regime_outgrows_it(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
     windows: list[RatingsWindow],
     persists: bool,
     history_sample: int,
@@ -284,7 +288,7 @@ def test_the_jobs_after_a_drift_job_keep_its_change_point_until_the_regime_outgr
 
 
 def test_without_a_ratio_a_drift_job_keeps_the_default_window(
-    make_pipeline: Callable[..., Pipeline], windows: list[RatingsWindow]
+    make_pipeline: Callable[..., Driftline], windows: list[RatingsWindow]
 ) -> None:
     pipeline = make_pipeline(drift_window_history_ratio=None)
     _replay(pipeline, _events())
@@ -297,7 +301,7 @@ def test_without_a_ratio_a_drift_job_keeps_the_default_window(
 
 
 def test_the_older_sample_is_uniform_reproducible_and_seeded(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     pipeline = make_pipeline(retrain_enabled=False)
     rated = [NewEvent(f"u{k}", f"i{k}", 3.0, None, f"r{k}") for k in range(4_000)]
@@ -336,7 +340,7 @@ def _segments() -> dict[str, Any]:
 
 
 def test_an_alert_is_returned_with_its_segments(client: TestClient) -> None:
-    pipeline = client.app.state.pipeline  # type: ignore[attr-defined]
+    pipeline = client.app.state.driftline  # type: ignore[attr-defined]
     segments = _segments()
     with pipeline.db.begin() as conn:
         alert_id = add_alert(

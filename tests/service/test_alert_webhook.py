@@ -249,10 +249,10 @@ def _app_firing(client: TestClient) -> None:
         [e["rating"] for e in EVENTS],
         epochs=1,
     )
-    pipeline = client.app.state.pipeline
+    pipeline = client.app.state.driftline
     pipeline.registry.publish(model, last_event_id=0, job_id=None, rmse=None)
-    assert pipeline.follow_registry()
-    pipeline.monitor = FiringDetector()
+    assert pipeline.swapper.follow_registry()
+    pipeline.monitor.detector = FiringDetector()
 
 
 def _batch(start: int, size: int = 100) -> dict[str, Any]:

@@ -161,7 +161,7 @@ def test_manual_retrain_publishes_a_version_that_serves(static_client: TestClien
     started = client.post("/retrain")
     assert started.status_code == 202
     job_id = started.json()["job_id"]
-    client.app.state.pipeline.retrainer.wait(timeout=60)
+    client.app.state.driftline.retrainer.wait(timeout=60)
     job = client.get(f"/jobs/{job_id}").json()
     assert job["status"] == "succeeded", job
     assert job["last_event_id"] == 150 and job["window_events"] == 150  # all it had
@@ -207,7 +207,7 @@ def test_a_job_shows_each_gp_opt_decision_with_its_predictions_and_outcome(
     events = [_event(i, rating=float(1 + (i * 7) % 5)) for i in range(150)]
     client.post("/ingest", json={"events": events})
     job_id = client.post("/retrain").json()["job_id"]
-    client.app.state.pipeline.retrainer.wait(timeout=60)
+    client.app.state.driftline.retrainer.wait(timeout=60)
     job = client.get(f"/jobs/{job_id}").json()
     assert job["status"] == "succeeded" and job["params"]["configurator"] == "gp", job
     for epoch in job["epochs"]:
@@ -221,7 +221,7 @@ def test_a_job_shows_each_gp_opt_decision_with_its_predictions_and_outcome(
         assert decision["observed_latency_s"] == pytest.approx(epoch["duration_s"])
         assert decision["observed_cost_usd"] >= 0
         assert decision["reason"]
-    assert 1 <= epoch["config"]["workers"] <= client.app.state.pipeline.settings.retrain_workers
+    assert 1 <= epoch["config"]["workers"] <= client.app.state.driftline.settings.retrain_workers
 
 
 def test_unknown_job_is_a_404(client: TestClient) -> None:
@@ -248,7 +248,7 @@ def test_an_unreachable_database_is_a_503_that_names_it(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lost = OperationalError("INSERT INTO events", None, ConnectionRefusedError("refused"))
-    monkeypatch.setattr(client.app.state.pipeline, "ingest", _failing_ingest(lost))
+    monkeypatch.setattr(client.app.state.driftline, "ingest", _failing_ingest(lost))
     response = client.post("/ingest", json={"events": [_event(0)]})
     assert response.status_code == 503
     detail = response.json()["detail"]
@@ -260,7 +260,7 @@ def test_a_closed_connection_is_a_503_too(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     closed = InterfaceError("SELECT 1", None, Exception("the connection is closed"))
-    monkeypatch.setattr(client.app.state.pipeline, "ingest", _failing_ingest(closed))
+    monkeypatch.setattr(client.app.state.driftline, "ingest", _failing_ingest(closed))
     assert client.post("/ingest", json={"events": [_event(0)]}).status_code == 503
 
 
@@ -268,7 +268,7 @@ def test_a_database_error_that_is_not_an_outage_is_not_a_503(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bug = IntegrityError("INSERT INTO events", None, Exception("NOT NULL constraint failed"))
-    monkeypatch.setattr(client.app.state.pipeline, "ingest", _failing_ingest(bug))
+    monkeypatch.setattr(client.app.state.driftline, "ingest", _failing_ingest(bug))
     with pytest.raises(IntegrityError):  # the test client re-raises what became a 500
         client.post("/ingest", json={"events": [_event(0)]})
 

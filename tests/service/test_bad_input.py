@@ -175,7 +175,7 @@ def test_refusals_and_request_latency_reach_the_metrics(
     client.post("/ingest", json={"events": [{"user_id": "u"}]})
     client.post("/ingest", json={"events": [{"user_id": "u", "item_id": "i"}] * (limit + 1)})
     lost = OperationalError("INSERT INTO events", None, ConnectionRefusedError("refused"))
-    monkeypatch.setattr(client.app.state.pipeline, "ingest", _raising(lost))
+    monkeypatch.setattr(client.app.state.driftline, "ingest", _raising(lost))
     assert (
         client.post("/ingest", json={"events": [{"user_id": "u", "item_id": "i"}]}).status_code
         == 503

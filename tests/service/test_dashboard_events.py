@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from service.dashboard.events import EventBuffer
+from service.livefeed import EventBuffer
 
 
 def test_a_reader_resumes_after_the_last_event_id_it_saw() -> None:

@@ -1,7 +1,7 @@
 """The pipeline feeds the dashboard's live stream, and the stream resumes where asked.
 
 Heartbeats, drift alerts, jobs (queued, running, succeeded or failed) and swaps (a job's
-and a rollback's) reach ``Pipeline.events``; ``GET /dashboard/events`` turns them into
+and a rollback's) reach ``Driftline.events``; ``GET /dashboard/events`` turns them into
 server-sent events after the id a browser last saw (tests/e2e has the real server).
 """
 
@@ -22,9 +22,9 @@ from drift.heartbeat import Heartbeat
 from drift.monitor import DriftAlert
 from service.api.routes import dashboard_live
 from service.api.routes.dashboard_live import _resume_point, _stream
-from service.dashboard.events import EventBuffer
+from service.livefeed import EventBuffer
 from service.store.events import NewEvent
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline
 from tests.support.synthetic import as_new_events, stationary_stream
 
 
@@ -54,25 +54,25 @@ def events() -> list[NewEvent]:
 
 
 @pytest.fixture
-def pipeline(small_pipelines: Callable[..., Pipeline]) -> Pipeline:
+def pipeline(small_pipelines: Callable[..., Driftline]) -> Driftline:
     return small_pipelines()
 
 
-def _of(pipeline: Pipeline, kind: str, after: int = 0) -> list[dict[str, Any]]:
-    return [e.data for e in pipeline.events.since(after) if e.kind == kind]
+def _of(pipeline: Driftline, kind: str, after: int = 0) -> list[dict[str, Any]]:
+    return [e.data for e in pipeline.feed.since(after) if e.kind == kind]
 
 
 def test_heartbeats_the_bootstrap_job_and_its_swap_are_published_in_order(
-    pipeline: Pipeline, events: list[NewEvent]
+    pipeline: Driftline, events: list[NewEvent]
 ) -> None:
     pipeline.ingest(events[:200])
-    published = pipeline.events.since(0)
+    published = pipeline.feed.since(0)
     ids = [e.id for e in published]
     assert ids == list(range(1, len(ids) + 1))
 
     beats = _of(pipeline, "heartbeat")
     assert [b["events_seen"] for b in beats] == [50, 100, 150, 200]
-    stored = pipeline.heartbeats()
+    stored = pipeline.reads.heartbeats()
     assert beats == [{**row, "id": None} for row in stored]  # as GET /drift/heartbeats has them
     assert {"rmse", "static_rmse", "hit_rate", "static_hit_rate", "model_version", "at"} <= set(
         beats[0]
@@ -84,19 +84,19 @@ def test_heartbeats_the_bootstrap_job_and_its_swap_are_published_in_order(
         for status in ("queued", "running", "succeeded")
     ]
     assert _of(pipeline, "swap") == [
-        {"version": pipeline.serving.version, "events_seen": 200, "trigger": "bootstrap"}
+        {"version": pipeline.learner.serving.version, "events_seen": 200, "trigger": "bootstrap"}
     ]
     kinds = [e.kind for e in published]
     assert kinds.index("heartbeat") < kinds.index("job") < kinds.index("swap")
 
 
 def test_a_drift_alert_its_job_and_a_rollback_are_published(
-    pipeline: Pipeline, events: list[NewEvent]
+    pipeline: Driftline, events: list[NewEvent]
 ) -> None:
     pipeline.ingest(events[:200])
-    first = pipeline.serving.version
-    mark = pipeline.events.newest_id
-    pipeline.monitor = FiresOnce()
+    first = pipeline.learner.serving.version
+    mark = pipeline.feed.newest_id
+    pipeline.monitor.detector = FiresOnce()
     pipeline.ingest(events[200:250])
 
     [alert] = _of(pipeline, "alert", mark)
@@ -114,18 +114,18 @@ def test_a_drift_alert_its_job_and_a_rollback_are_published(
     [swap] = _of(pipeline, "swap", mark)
     assert swap["trigger"] == "drift" and swap["version"] != first
 
-    mark = pipeline.events.newest_id
-    pipeline.rollback(first, actor="operator")
+    mark = pipeline.feed.newest_id
+    pipeline.swapper.rollback(first, actor="operator")
     assert _of(pipeline, "swap", mark) == [
         {"version": first, "events_seen": 250, "trigger": "rollback"}
     ]
 
 
 def test_a_failed_job_is_published(
-    pipeline: Pipeline, events: list[NewEvent], monkeypatch: pytest.MonkeyPatch
+    pipeline: Driftline, events: list[NewEvent], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pipeline.ingest(events[:200])
-    mark = pipeline.events.newest_id
+    mark = pipeline.feed.newest_id
 
     def broken(*args: object, **kwargs: object) -> None:
         raise RuntimeError("the runtime is gone")

@@ -37,12 +37,12 @@ def _served(client: TestClient, headers: dict[str, str] | None = None) -> int:
             "/ingest", json={"events": EVENTS[start : start + 100]}, headers=headers
         )
         assert answer.status_code == 200, answer.text
-    pipeline = client.app.state.pipeline
+    pipeline = client.app.state.driftline
     deadline = time.monotonic() + 60
-    while pipeline.current is None and time.monotonic() < deadline:
-        pipeline.follow_registry()
+    while pipeline.learner.current is None and time.monotonic() < deadline:
+        pipeline.swapper.follow_registry()
         time.sleep(0.1)
-    assert pipeline.current is not None
+    assert pipeline.learner.current is not None
     with pipeline.db.begin() as conn:
         return add_alert(
             conn,
@@ -189,13 +189,13 @@ def test_acknowledge_and_rollback_forms_need_an_admin(
     admin = {"Authorization": f"Bearer {tokens['admin']}"}
     alert_id = _served(client, admin)
     assert client.post("/retrain", headers=admin).status_code == 202
-    pipeline = client.app.state.pipeline
-    first = pipeline.current.version
+    pipeline = client.app.state.driftline
+    first = pipeline.learner.current.version
     deadline = time.monotonic() + 60
-    while pipeline.current.version == first and time.monotonic() < deadline:
-        pipeline.follow_registry()
+    while pipeline.learner.current.version == first and time.monotonic() < deadline:
+        pipeline.swapper.follow_registry()
         time.sleep(0.1)
-    assert pipeline.current.version != first
+    assert pipeline.learner.current.version != first
 
     token = _session(client, tokens["read"])
     refused = client.post(f"/dashboard/alerts/{alert_id}/acknowledge", data={CSRF_FIELD: token})

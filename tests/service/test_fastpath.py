@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from service.app import create_app
 from service.auth.keys import create_key
 from service.settings import Settings
-from service.stream.pipeline import Pipeline
+from service.serving.recommender import Recommender
 
 
 def _events(n: int) -> list[dict]:
@@ -24,18 +24,18 @@ def _events(n: int) -> list[dict]:
 def trained(settings: Settings) -> Iterator[TestClient]:
     with TestClient(create_app(settings)) as client:
         client.post("/ingest", json={"events": _events(300)}).raise_for_status()
-        client.app.state.pipeline.retrainer.wait(timeout=60)  # type: ignore[attr-defined]
-        client.app.state.pipeline.follow_registry()  # type: ignore[attr-defined]
+        client.app.state.driftline.retrainer.wait(timeout=60)  # type: ignore[attr-defined]
+        client.app.state.driftline.swapper.follow_registry()  # type: ignore[attr-defined]
         yield client
 
 
-def _pipeline(client: TestClient) -> Pipeline:
-    return client.app.state.pipeline  # type: ignore[attr-defined]
+def _recommender(client: TestClient) -> Recommender:
+    return client.app.state.driftline.recommender  # type: ignore[attr-defined]
 
 
 def _through_the_route(client: TestClient, monkeypatch: pytest.MonkeyPatch) -> None:
     """Make the fast path step aside (as it does for a large catalogue scored exactly)."""
-    monkeypatch.setattr(type(_pipeline(client)), "recommend_is_quick", property(lambda _: False))
+    monkeypatch.setattr(type(_recommender(client)), "is_quick", property(lambda _: False))
 
 
 @pytest.mark.parametrize("query", ["user_id=u3&k=5", "user_id=u3", "user_id=stranger&k=4"])
@@ -66,7 +66,7 @@ def test_fast_answers_are_counted_under_the_routes_label(trained: TestClient) ->
 
 
 def test_keys_are_checked_as_the_route_checks_them(trained: TestClient) -> None:
-    db = _pipeline(trained).db
+    db = trained.app.state.driftline.db  # type: ignore[attr-defined]
     reader = create_key(db, "reader", ["read"]).token
     writer = create_key(db, "writer", ["ingest"]).token
     trained.app.state.access.ring.refresh()  # type: ignore[attr-defined]

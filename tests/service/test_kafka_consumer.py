@@ -12,12 +12,11 @@ from kafka import KafkaConsumer, TopicPartition
 
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.launcher import free_port
-from service.app import build_pipeline
 from service.ingest.kafka import EventConsumer
 from service.settings import Settings
 from service.store.events import count_events
 from service.store.offsets import count_dead_letters, list_dead_letters, load_offsets
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 from tests.support.kafka import events, produce
 
 pytestmark = pytest.mark.slow
@@ -38,8 +37,8 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
         yield b
 
 
-def _pipeline(tmp_path: Path) -> Pipeline:
-    return build_pipeline(Settings(data_dir=tmp_path / "data", retrain_enabled=False))
+def _pipeline(tmp_path: Path) -> Driftline:
+    return build_driftline(Settings(data_dir=tmp_path / "data", retrain_enabled=False))
 
 
 def _consume_until(consumer: EventConsumer, done, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
@@ -55,7 +54,7 @@ def _consume_until(consumer: EventConsumer, done, timeout: float = 60.0) -> None
         thread.join(timeout=30)
 
 
-def _stored(pipeline: Pipeline) -> int:
+def _stored(pipeline: Driftline) -> int:
     with pipeline.db.connect() as conn:
         return count_events(conn)
 

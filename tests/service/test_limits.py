@@ -119,7 +119,7 @@ def test_a_dozen_sock_puppet_events_take_over_the_popular_list_only_without_the_
     organic = [{"user_id": f"fan{k}", "item_id": "hit", "rating": 4.0} for k in range(5)]
     organic += [{"user_id": f"fan{k}", "item_id": "hit", "rating": 4.0} for k in range(5)]
     with client:
-        shop = create_key(client.app.state.pipeline.db, "shop", ["admin"]).token  # type: ignore[attr-defined]
+        shop = create_key(client.app.state.driftline.db, "shop", ["admin"]).token  # type: ignore[attr-defined]
         client.app.state.access.ring.refresh()  # type: ignore[attr-defined]
         headers["shop"] = {"Authorization": f"Bearer {shop}"}
         assert client.post("/ingest", json={"events": organic}, headers=headers["shop"]).is_success

@@ -23,7 +23,7 @@ from service.settings import Settings
 from service.store.alerts import list_alerts, list_heartbeats
 from service.store.events import NewEvent
 from service.store.tables import monitor_state
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline
 from tests.support.databases import external_url, isolated_schema
 from tests.support.pipelines import pipeline_factory
 from tests.support.synthetic import planted_drift_stream
@@ -46,7 +46,7 @@ def events() -> list[NewEvent]:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
     """Builds a pipeline on the data directory and database ``name``; a second call with
     the same name is a restart."""
     urls: dict[str, str] = {}
@@ -85,17 +85,17 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
         yield make
 
 
-def _ingest(pipeline: Pipeline, events: list[NewEvent], batch: int = BATCH) -> None:
+def _ingest(pipeline: Driftline, events: list[NewEvent], batch: int = BATCH) -> None:
     for start in range(0, len(events), batch):
         pipeline.ingest(events[start : start + batch])
 
 
-def _alerts(pipeline: Pipeline) -> list[int]:
+def _alerts(pipeline: Driftline) -> list[int]:
     with pipeline.db.connect() as conn:
         return sorted(a["events_seen"] for a in list_alerts(conn))
 
 
-def _crash(pipeline: Pipeline) -> None:
+def _crash(pipeline: Driftline) -> None:
     """Stop without flushing, as a killed process does."""
     pipeline.retrainer.close()
     pipeline.db.dispose()
@@ -103,7 +103,7 @@ def _crash(pipeline: Pipeline) -> None:
 
 @pytest.mark.parametrize("detector", sorted(STOP_AT))
 def test_a_pipeline_restarted_mid_drift_raises_the_alert_where_an_uninterrupted_one_does(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent], detector: str
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent], detector: str
 ) -> None:
     stop_at = STOP_AT[detector]
     uninterrupted = make_pipeline("uninterrupted", drift_detector=detector)
@@ -133,21 +133,21 @@ def test_a_pipeline_restarted_mid_drift_raises_the_alert_where_an_uninterrupted_
 
 
 def test_a_clean_restart_resumes_the_monitor_and_the_partial_heartbeat_exactly(
-    make_pipeline: Callable[[str], Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[[str], Driftline], events: list[NewEvent]
 ) -> None:
     first = make_pipeline("data")
     _ingest(first, events[:2_010], batch=134)  # leaves a partial heartbeat pending
-    assert first.current is not None and first.aggregator.pending_events > 0
-    first.flush()
-    monitor, aggregator = first.monitor.state(), first.aggregator.state()
-    static_pending = first._static_pending.copy()
+    assert first.learner.current is not None and first.monitor.aggregator.pending_events > 0
+    first.monitor.flush()
+    monitor, aggregator = first.monitor.detector.state(), first.monitor.aggregator.state()
+    static_pending = first.monitor._static_pending.copy()
     first.retrainer.close()
     first.db.dispose()
 
     second = make_pipeline("data")
-    assert second.monitor.state() == monitor
-    assert second.aggregator.state() == {**aggregator, "events_seen": 0}
-    np.testing.assert_array_equal(second._static_pending, static_pending)
+    assert second.monitor.detector.state() == monitor
+    assert second.monitor.aggregator.state() == {**aggregator, "events_seen": 0}
+    np.testing.assert_array_equal(second.monitor._static_pending, static_pending)
     _ingest(second, events[2_010:3_000], batch=134)
     with second.db.connect() as conn:
         seen = [beat["events_seen"] for beat in list_heartbeats(conn)]
@@ -161,7 +161,7 @@ def test_a_clean_restart_resumes_the_monitor_and_the_partial_heartbeat_exactly(
     ids=["heartbeat-size", "detector"],
 )
 def test_a_snapshot_that_does_not_fit_the_settings_is_ignored(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
     events: list[NewEvent],
     monkeypatch: pytest.MonkeyPatch,
     changed: dict[str, Any],
@@ -170,13 +170,16 @@ def test_a_snapshot_that_does_not_fit_the_settings_is_ignored(
     monkeypatch.setitem(drift.DETECTORS, "adwin-copy", adwin_heartbeat)
     first = make_pipeline("data")
     _ingest(first, events[:1_520], batch=190)  # 20 errors pending of a heartbeat of 25
-    assert first.monitor.state()["heartbeats"] and first.aggregator.pending_events == 20
-    first.flush()
+    assert (
+        first.monitor.detector.state()["heartbeats"]
+        and first.monitor.aggregator.pending_events == 20
+    )
+    first.monitor.flush()
     _crash(first)
 
     second = make_pipeline("data", **changed)
-    assert second.current is not None
-    assert second.monitor.state()["heartbeats"] == []
-    assert second.aggregator.pending_events == 0
+    assert second.learner.current is not None
+    assert second.monitor.detector.state()["heartbeats"] == []
+    assert second.monitor.aggregator.pending_events == 0
     _ingest(second, events[1_520:2_000])
-    assert second.monitor.state()["heartbeats"]  # it monitors from scratch
+    assert second.monitor.detector.state()["heartbeats"]  # it monitors from scratch

@@ -13,13 +13,12 @@ import numpy as np
 import pytest
 
 from retrain import EpochRecord
-from service.app import build_pipeline
 from service.serving.model import ServingModel
 from service.settings import Settings
 from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
 from service.store.jobs import create_job, get_job, list_jobs, update_job
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 from tests.support.pipelines import pipeline_factory
 from tests.support.synthetic import stationary_stream
 
@@ -51,14 +50,14 @@ def _settings(data_dir: Path, database_url: str) -> Settings:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Pipeline]]:
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Driftline]]:
     """Builds pipelines on one data directory and database (a second call is a restart)."""
     with pipeline_factory(lambda: _settings(tmp_path / "data", database_url)) as make:
         yield make
 
 
 @pytest.fixture
-def served(make_pipeline: Callable[[], Pipeline], events: list[NewEvent]) -> Pipeline:
+def served(make_pipeline: Callable[[], Driftline], events: list[NewEvent]) -> Driftline:
     """A pipeline that ingested the 300 events in batches of 100."""
     pipeline = make_pipeline()
     for start in range(0, len(events), BATCH):
@@ -66,7 +65,7 @@ def served(make_pipeline: Callable[[], Pipeline], events: list[NewEvent]) -> Pip
     return pipeline
 
 
-def _artifact(pipeline: Pipeline, version: str) -> Path:
+def _artifact(pipeline: Driftline, version: str) -> Path:
     key = pipeline.registry.load(version).row["artifact_key"]
     return pipeline.settings.data_dir.joinpath("objects", *key.split("/"))
 
@@ -77,7 +76,7 @@ def _corrupt(path: Path) -> None:
     path.write_bytes(bytes(data))
 
 
-def _load_failures(pipeline: Pipeline) -> float:
+def _load_failures(pipeline: Driftline) -> float:
     value = pipeline.metrics.registry.get_sample_value("driftline_model_load_failures_total")
     return 0.0 if value is None else value
 
@@ -89,32 +88,32 @@ def _pairs(events: list[NewEvent]) -> tuple[list[str], list[str]]:
 # -- bootstrap -----------------------------------------------------------------------
 
 
-def test_an_empty_pipeline_serves_no_version(make_pipeline: Callable[[], Pipeline]) -> None:
+def test_an_empty_pipeline_serves_no_version(make_pipeline: Callable[[], Driftline]) -> None:
     pipeline = make_pipeline()
-    assert pipeline.current is None
-    assert pipeline.serving.version is None
-    assert pipeline.labelled_seen == 0
+    assert pipeline.learner.current is None
+    assert pipeline.learner.serving.version is None
+    assert pipeline.learner.labelled_seen == 0
     assert pipeline.registry.versions() == []
 
 
 def test_no_job_starts_before_the_bootstrap_threshold(
-    make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
     pipeline = make_pipeline()
     pipeline.ingest(events[:199])
-    assert pipeline.current is None
+    assert pipeline.learner.current is None
     with pipeline.db.connect() as conn:
         assert list_jobs(conn) == []
 
 
 def test_ingesting_past_the_bootstrap_threshold_trains_and_serves_v0001(
-    served: Pipeline,
+    served: Driftline,
 ) -> None:
-    assert served.current is not None
-    assert served.current.version == "v0001"
-    assert served.serving.version == "v0001"
-    assert served.serving.model is served.current.model
-    assert served.labelled_seen == 300
+    assert served.learner.current is not None
+    assert served.learner.current.version == "v0001"
+    assert served.learner.serving.version == "v0001"
+    assert served.learner.serving.model is served.learner.current.model
+    assert served.learner.labelled_seen == 300
     with served.db.connect() as conn:
         (job,) = list_jobs(conn)
     assert job["status"] == "succeeded"
@@ -135,7 +134,7 @@ def test_a_job_stops_at_its_budget(
     settings = _settings(tmp_path / "data", database_url).model_copy(
         update={"retrain_budget_usd": 1e-9, "max_epochs": 20}
     )
-    pipeline = build_pipeline(settings, background_retrain=False)
+    pipeline = build_driftline(settings, background_retrain=False)
     try:
         pipeline.ingest(events[:250])  # past the bootstrap threshold
         with pipeline.db.connect() as conn:
@@ -154,7 +153,7 @@ def test_a_job_on_the_sim_runtime_trains_for_real_and_bills_simulated_lambda_tim
     settings = _settings(tmp_path / "data", database_url).model_copy(
         update={"retrain_runtime": "sim"}
     )
-    pipeline = build_pipeline(settings, background_retrain=False)
+    pipeline = build_driftline(settings, background_retrain=False)
     try:
         pipeline.ingest(events[:250])
         with pipeline.db.connect() as conn:
@@ -168,14 +167,17 @@ def test_a_job_on_the_sim_runtime_trains_for_real_and_bills_simulated_lambda_tim
     requests = [i["request_id"] for i in job["invocations"]]
     assert requests and all(r.startswith("sim-") for r in requests)
     assert job["cost_usd"] == pytest.approx(sum(i["cost_usd"] for i in job["invocations"]))
-    assert pipeline.current is not None and pipeline.current.version == job["model_version"]
+    assert (
+        pipeline.learner.current is not None
+        and pipeline.learner.current.version == job["model_version"]
+    )
 
 
 def test_the_bootstrap_model_serves_personal_recommendations(
-    served: Pipeline, events: list[NewEvent]
+    served: Driftline, events: list[NewEvent]
 ) -> None:
     user = events[0].user_id
-    recommendation = served.recommend(user, 5)
+    recommendation = served.recommender.recommend(user, 5)
     assert recommendation.source == "model"
     assert recommendation.model_version == "v0001"
     assert len(recommendation.items) == 5
@@ -183,12 +185,12 @@ def test_the_bootstrap_model_serves_personal_recommendations(
     assert rated.isdisjoint(item for item, _ in recommendation.items)
 
 
-def test_heartbeats_are_stored_with_the_version_that_served_them(served: Pipeline) -> None:
+def test_heartbeats_are_stored_with_the_version_that_served_them(served: Driftline) -> None:
     with served.db.connect() as conn:
         saved = list_heartbeats(conn)
-    beats = served.heartbeats()
+    beats = served.reads.heartbeats()
     assert beats[: len(saved)] == saved  # the newest wait for the next batch's commit
-    served.flush()
+    served.monitor.flush()
     with served.db.connect() as conn:
         beats = list_heartbeats(conn)
     assert [b["events_seen"] for b in beats] == [50, 100, 150, 200, 250, 300]
@@ -201,42 +203,42 @@ def test_heartbeats_are_stored_with_the_version_that_served_them(served: Pipelin
 
 
 def test_swap_to_a_corrupted_version_keeps_the_previous_one_serving(
-    served: Pipeline, events: list[NewEvent]
+    served: Driftline, events: list[NewEvent]
 ) -> None:
-    assert served.current is not None
+    assert served.learner.current is not None
     users, items = _pairs(events)
-    before = served.serving.predict(users, items)
+    before = served.learner.serving.predict(users, items)
     bad = served.registry.publish(
-        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+        served.learner.current.model.copy(), last_event_id=300, job_id=None, rmse=None
     )
     _corrupt(_artifact(served, bad.version))
 
-    assert served.swap_to(bad.version) is False
-    assert served.current.version == "v0001"
-    assert served.serving.version == "v0001"
-    np.testing.assert_array_equal(served.serving.predict(users, items), before)
+    assert served.swapper.swap_to(bad.version) is False
+    assert served.learner.current.version == "v0001"
+    assert served.learner.serving.version == "v0001"
+    np.testing.assert_array_equal(served.learner.serving.predict(users, items), before)
     assert _load_failures(served) == 1.0
 
 
-def test_swap_to_a_missing_artifact_keeps_the_previous_one_serving(served: Pipeline) -> None:
-    assert served.current is not None
+def test_swap_to_a_missing_artifact_keeps_the_previous_one_serving(served: Driftline) -> None:
+    assert served.learner.current is not None
     bad = served.registry.publish(
-        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+        served.learner.current.model.copy(), last_event_id=300, job_id=None, rmse=None
     )
     _artifact(served, bad.version).unlink()
-    assert served.swap_to(bad.version) is False
-    assert served.serving.version == "v0001"
+    assert served.swapper.swap_to(bad.version) is False
+    assert served.learner.serving.version == "v0001"
     assert _load_failures(served) == 1.0
 
 
-def test_swap_to_a_good_version_serves_it(served: Pipeline) -> None:
-    assert served.current is not None
+def test_swap_to_a_good_version_serves_it(served: Driftline) -> None:
+    assert served.learner.current is not None
     good = served.registry.publish(
-        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+        served.learner.current.model.copy(), last_event_id=300, job_id=None, rmse=None
     )
-    assert served.swap_to(good.version) is True
-    assert served.current.version == good.version == "v0002"
-    assert served.serving.version == "v0002"
+    assert served.swapper.swap_to(good.version) is True
+    assert served.learner.current.version == good.version == "v0002"
+    assert served.learner.serving.version == "v0002"
     assert _load_failures(served) == 0.0
 
 
@@ -244,59 +246,59 @@ def test_swap_to_a_good_version_serves_it(served: Pipeline) -> None:
 
 
 def test_a_restart_restores_the_version_the_clock_and_the_static_baseline(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+    served: Driftline, make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
-    assert served.current is not None and served.static is not None
+    assert served.learner.current is not None and served.learner.static is not None
     restarted = make_pipeline()
-    assert restarted.current is not None
-    assert restarted.current.version == "v0001"
-    assert restarted.serving.version == "v0001"
-    assert restarted.labelled_seen == 300
-    assert restarted.static is not None
+    assert restarted.learner.current is not None
+    assert restarted.learner.current.version == "v0001"
+    assert restarted.learner.serving.version == "v0001"
+    assert restarted.learner.labelled_seen == 300
+    assert restarted.learner.static is not None
     users, items = _pairs(events)
     np.testing.assert_array_equal(
-        restarted.static.predict(users, items), served.static.predict(users, items)
+        restarted.learner.static.predict(users, items), served.learner.static.predict(users, items)
     )
     # The fold-in is replayed, so serving picks up where it was (item biases only up to
     # the batch boundaries, which differ between ingestion and replay): far closer to
     # the live model than the version alone is.
-    live = served.serving.predict(users, items)
-    replayed = np.abs(restarted.serving.predict(users, items) - live)
-    fresh = np.abs(ServingModel(served.current.model, "v0001").predict(users, items) - live)
+    live = served.learner.serving.predict(users, items)
+    replayed = np.abs(restarted.learner.serving.predict(users, items) - live)
+    fresh = np.abs(ServingModel(served.learner.current.model, "v0001").predict(users, items) - live)
     assert replayed.max() < 0.2 and replayed.mean() < fresh.mean() / 5
 
 
 def test_after_a_restart_the_static_baseline_stays_the_first_version(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+    served: Driftline, make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
-    assert served.static is not None
-    newer = served.static.copy()
+    assert served.learner.static is not None
+    newer = served.learner.static.copy()
     newer.global_mean += 0.5
     served.registry.publish(newer, last_event_id=300, job_id=None, rmse=None)
     restarted = make_pipeline()
-    assert restarted.current is not None and restarted.current.version == "v0002"
-    assert restarted.static is not None
+    assert restarted.learner.current is not None and restarted.learner.current.version == "v0002"
+    assert restarted.learner.static is not None
     users, items = _pairs(events)
     np.testing.assert_array_equal(
-        restarted.static.predict(users, items), served.static.predict(users, items)
+        restarted.learner.static.predict(users, items), served.learner.static.predict(users, items)
     )
 
 
 def test_a_restart_skips_a_corrupted_newest_version(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+    served: Driftline, make_pipeline: Callable[[], Driftline]
 ) -> None:
-    assert served.current is not None
+    assert served.learner.current is not None
     bad = served.registry.publish(
-        served.current.model.copy(), last_event_id=300, job_id=None, rmse=None
+        served.learner.current.model.copy(), last_event_id=300, job_id=None, rmse=None
     )
     _corrupt(_artifact(served, bad.version))
     restarted = make_pipeline()
-    assert restarted.current is not None
-    assert restarted.current.version == "v0001"
+    assert restarted.learner.current is not None
+    assert restarted.learner.current.version == "v0001"
 
 
 def test_a_restart_fails_jobs_that_cannot_resume_saying_why(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+    served: Driftline, make_pipeline: Callable[[], Driftline]
 ) -> None:
     with served.db.begin() as conn:
         inprocess = create_job(
@@ -324,9 +326,9 @@ class _Crash(BaseException):
 
 @pytest.mark.slow
 def test_a_restart_resumes_a_distributed_job_from_its_checkpoint(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+    served: Driftline, make_pipeline: Callable[[], Driftline]
 ) -> None:
-    assert served.current is not None  # the bootstrap job ran
+    assert served.learner.current is not None  # the bootstrap job ran
     recorder = served.retrainer._recorder
     record_epoch = recorder.epoch
 
@@ -348,51 +350,54 @@ def test_a_restart_resumes_a_distributed_job_from_its_checkpoint(
     assert job is not None and job["status"] == "succeeded", job
     epochs = [e["epoch"] for e in job["epochs"]]
     assert epochs == list(range(len(epochs))) and len(epochs) > 3  # epoch 2 recovered
-    assert restarted.current is not None and restarted.current.version == job["model_version"]
+    assert (
+        restarted.learner.current is not None
+        and restarted.learner.current.version == job["model_version"]
+    )
     before = [i for i in job["invocations"] if i["epoch"] is not None and i["epoch"] <= 2]
     assert len(before) >= 3 * 3  # the crashed process's invocations kept their record
     assert job["cost_usd"] == pytest.approx(sum(i["cost_usd"] for i in job["invocations"]))
 
 
 def test_a_restart_before_any_version_replays_the_events_into_serving(
-    make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
     first = make_pipeline()
     first.ingest(events[:150])
-    assert first.current is None
+    assert first.learner.current is None
     restarted = make_pipeline()
-    assert restarted.current is None
-    assert restarted.labelled_seen == 150
-    assert restarted.serving.global_mean == pytest.approx(
+    assert restarted.learner.current is None
+    assert restarted.learner.labelled_seen == 150
+    assert restarted.learner.serving.global_mean == pytest.approx(
         float(np.mean([e.rating for e in events[:150]]))
     )
 
 
 def test_a_restart_counts_labelled_events_past_the_last_heartbeat(
-    make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
     first = make_pipeline()
     first.ingest(events[:170])
-    assert first.labelled_seen == 170
+    assert first.learner.labelled_seen == 170
     restarted = make_pipeline()
-    assert restarted.labelled_seen == 170
+    assert restarted.learner.labelled_seen == 170
 
 
 def test_a_second_process_follows_versions_published_by_another(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline], events: list[NewEvent]
+    served: Driftline, make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
     follower = make_pipeline()  # shares the database and object store
-    assert follower.serving.version == "v0001"
-    assert follower.follow_registry() is False  # nothing newer yet
+    assert follower.learner.serving.version == "v0001"
+    assert follower.swapper.follow_registry() is False  # nothing newer yet
     served.retrain_now()
-    assert served.serving.version == "v0002"
-    assert follower.follow_registry() is True
-    assert follower.serving.version == "v0002"
-    assert follower.follow_registry() is False
+    assert served.learner.serving.version == "v0002"
+    assert follower.swapper.follow_registry() is True
+    assert follower.learner.serving.version == "v0002"
+    assert follower.swapper.follow_registry() is False
 
 
 def test_a_crash_between_publishing_and_recording_publishes_one_version(
-    served: Pipeline, make_pipeline: Callable[[], Pipeline]
+    served: Driftline, make_pipeline: Callable[[], Driftline]
 ) -> None:
     """kill -9 after the registry row, before the job says succeeded: the restarted
     service records the job succeeded with that version instead of publishing again."""
@@ -415,4 +420,4 @@ def test_a_crash_between_publishing_and_recording_publishes_one_version(
     assert restarted.registry.versions() == published
     assert [v["job_id"] for v in published].count(crashed["id"]) == 1
     assert job["model_version"] == published[0]["version"]
-    assert restarted.serving.version == published[0]["version"]
+    assert restarted.learner.serving.version == published[0]["version"]

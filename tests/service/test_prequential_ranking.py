@@ -18,14 +18,14 @@ from fastapi.testclient import TestClient
 from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
 from drift.ranking import NOT_RANKED, RankingSampler
 from functions.mf import BiasedMF
-from service.app import build_pipeline, create_app
+from service.app import create_app
 from service.serving.history import RatedItems
 from service.serving.model import ServingModel
 from service.settings import Settings
 from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
-from service.stream.pipeline import Pipeline
 from service.stream.ranking import PrequentialRanking
+from service.wiring import Driftline, build_driftline
 from tests.support.pipelines import pipeline_factory
 
 MOVIELENS_EVENTS = 8_000
@@ -59,7 +59,7 @@ def _movielens(start: int, stop: int) -> list[NewEvent]:
     ]
 
 
-def _ingest(pipeline: Pipeline, events: list[NewEvent], batch: int = 500) -> None:
+def _ingest(pipeline: Driftline, events: list[NewEvent], batch: int = 500) -> None:
     for start in range(0, len(events), batch):
         pipeline.ingest(events[start : start + batch])
 
@@ -68,11 +68,11 @@ class _ChanceShadow:
     """Ranks the pipeline's sampled events again, with random scores over the serving
     version's items, the same exclusions and every user placed: what chance achieves."""
 
-    def __init__(self, pipeline: Pipeline) -> None:
-        self.shadow = PrequentialRanking(pipeline.ranking.sampler, RatedItems())
+    def __init__(self, pipeline: Driftline) -> None:
+        self.shadow = PrequentialRanking(pipeline.learner.ranking.sampler, RatedItems())
         self._rng = np.random.default_rng(0)
-        self._rank = pipeline.ranking.rank
-        pipeline.ranking.rank = self.rank  # type: ignore[method-assign]
+        self._rank = pipeline.learner.ranking.rank
+        pipeline.learner.ranking.rank = self.rank  # type: ignore[method-assign]
 
     def rank(self, stored: Any, view: Any, static: Any, vectors: Any = None) -> None:
         self._rank(stored, view, static, vectors)
@@ -86,12 +86,12 @@ class _ChanceShadow:
 
 
 @pytest.fixture(scope="module")
-def movielens() -> Iterator[tuple[Pipeline, _ChanceShadow]]:
+def movielens() -> Iterator[tuple[Driftline, _ChanceShadow]]:
     """The first MovieLens ratings through a pipeline that ranks every liked event."""
     import tempfile
 
     with tempfile.TemporaryDirectory(prefix="driftline-ranking-") as tmp:
-        pipeline = build_pipeline(_settings(Path(tmp)), background_retrain=False)
+        pipeline = build_driftline(_settings(Path(tmp)), background_retrain=False)
         chance = _ChanceShadow(pipeline)
         _ingest(pipeline, _movielens(0, MOVIELENS_EVENTS))
         yield pipeline, chance
@@ -100,7 +100,7 @@ def movielens() -> Iterator[tuple[Pipeline, _ChanceShadow]]:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
     """Pipelines on one data directory and database (a second call is a restart)."""
     with pipeline_factory(
         lambda **overrides: _settings(tmp_path / "data", database_url, **overrides)
@@ -109,9 +109,9 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
 
 
 def test_heartbeats_carry_the_hit_rates_of_the_serving_and_the_static_model(
-    movielens: tuple[Pipeline, _ChanceShadow],
+    movielens: tuple[Driftline, _ChanceShadow],
 ) -> None:
-    beats = movielens[0].heartbeats()
+    beats = movielens[0].reads.heartbeats()
     assert len(beats) == MOVIELENS_EVENTS // 500
     assert all(beat["ranked_events"] > 0 for beat in beats)  # every liked event is ranked
     served = [beat for beat in beats if beat["model_version"] is not None]
@@ -126,11 +126,11 @@ def test_heartbeats_carry_the_hit_rates_of_the_serving_and_the_static_model(
 
 
 def test_heartbeats_add_up_to_the_running_figures(
-    movielens: tuple[Pipeline, _ChanceShadow],
+    movielens: tuple[Driftline, _ChanceShadow],
 ) -> None:
     pipeline = movielens[0]
-    beats = pipeline.heartbeats()
-    tracker = pipeline.ranking.tracker
+    beats = pipeline.reads.heartbeats()
+    tracker = pipeline.learner.ranking.tracker
     counts = np.array([beat["ranked_events"] for beat in beats])
     assert counts.sum() == tracker.count("driftline") == tracker.count("static")
     for key, track, figure in (
@@ -143,12 +143,12 @@ def test_heartbeats_add_up_to_the_running_figures(
 
 
 def test_the_serving_model_ranks_movielens_far_better_than_chance(
-    movielens: tuple[Pipeline, _ChanceShadow],
+    movielens: tuple[Driftline, _ChanceShadow],
 ) -> None:
     """The same events ranked by random scores over the same items, with the same
     exclusions, hit far less often than by a model that has learnt the users' tastes."""
     pipeline, chance = movielens
-    tracker, same_events = pipeline.ranking.tracker, chance.shadow.tracker
+    tracker, same_events = pipeline.learner.ranking.tracker, chance.shadow.tracker
     assert same_events.count("driftline") > 3_000
     learnt, random = same_events.hit_rate("driftline"), same_events.hit_rate("static")
     assert learnt is not None and random is not None
@@ -157,9 +157,9 @@ def test_the_serving_model_ranks_movielens_far_better_than_chance(
 
 
 def test_the_history_holds_what_the_users_rated(
-    movielens: tuple[Pipeline, _ChanceShadow],
+    movielens: tuple[Driftline, _ChanceShadow],
 ) -> None:
-    history = movielens[0].history
+    history = movielens[0].learner.history
     events = _movielens(0, MOVIELENS_EVENTS)
     user = events[-1].user_id
     assert history.items(user) == {e.item_id for e in events if e.user_id == user}
@@ -167,50 +167,50 @@ def test_the_history_holds_what_the_users_rated(
 
 
 def test_a_heartbeat_without_a_ranked_event_has_no_ranking_figures(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     pipeline = make_pipeline(ranking_sample=0.0)
     _ingest(pipeline, _movielens(0, 1_500))
-    beats = pipeline.heartbeats()
+    beats = pipeline.reads.heartbeats()
     assert len(beats) == 3
     for beat in beats:
         assert beat["ranked_events"] == 0
         assert beat["hit_rate"] is None and beat["static_ndcg"] is None
-    assert pipeline.ranking.tracker.count("driftline") == 0
+    assert pipeline.learner.ranking.tracker.count("driftline") == 0
 
 
-def test_ranked_heartbeats_are_stored(make_pipeline: Callable[..., Pipeline]) -> None:
+def test_ranked_heartbeats_are_stored(make_pipeline: Callable[..., Driftline]) -> None:
     pipeline = make_pipeline(ranking_sample=0.5)
     _ingest(pipeline, _movielens(0, 2_000))
     with pipeline.db.connect() as conn:
         stored = list_heartbeats(conn)
     assert [row["ranked_events"] for row in stored] == [
-        beat["ranked_events"] for beat in pipeline.heartbeats()
+        beat["ranked_events"] for beat in pipeline.reads.heartbeats()
     ]
     assert stored[-1]["hit_rate"] is not None and 0 < stored[-1]["ranked_events"] < 500
 
 
 def test_a_restart_reloads_the_history_and_the_pending_ranks(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     events = _movielens(0, 2_300)
     first = make_pipeline()
     _ingest(first, events[:2_200])
-    first.flush()
-    pending = first.ranking.pending_state()
+    first.monitor.flush()
+    pending = first.learner.ranking.pending_state()
     second = make_pipeline()
-    assert second.history.snapshot == first.history.snapshot
-    assert second.ranking.pending_state() == pending  # the partial heartbeat's ranks
+    assert second.learner.history.snapshot == first.learner.history.snapshot
+    assert second.learner.ranking.pending_state() == pending  # the partial heartbeat's ranks
     _ingest(second, events[2_200:])
-    assert second.ranking.tracker.count("driftline") > 0
+    assert second.learner.ranking.tracker.count("driftline") > 0
 
 
 def test_a_restart_keeps_only_as_many_pairs_as_the_bound(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
 ) -> None:
     _ingest(make_pipeline(serving_history_pairs=None), _movielens(0, 6_000))
     bounded = make_pipeline(serving_history_pairs=4_096)
-    assert 0 < bounded.history.pairs <= 4_096
+    assert 0 < bounded.learner.history.pairs <= 4_096
 
 
 def _catalogue() -> BiasedMF:

@@ -12,7 +12,8 @@ from typing import cast
 import pytest
 
 from service.api.batching import RecommendBatcher
-from service.stream.pipeline import Pipeline, Recommendation
+from service.serving.recommender import Recommendation
+from service.wiring import Driftline
 
 
 class _Answers:
@@ -35,8 +36,8 @@ class _Answers:
         ]
 
 
-def _pipeline(answers: _Answers) -> Pipeline:
-    return cast(Pipeline, answers)
+def _pipeline(answers: _Answers) -> Driftline:
+    return cast(Driftline, answers)
 
 
 def test_requests_queued_behind_a_search_are_answered_together_each_its_own() -> None:

@@ -29,7 +29,7 @@ from service.app import create_app
 from service.settings import Settings
 from service.store.events import NewEvent
 from service.store.jobs import create_job, get_job, list_jobs, update_job
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline
 from tests.support.pipelines import pipeline_factory, small_settings
 from tests.support.synthetic import stationary_stream
 
@@ -47,7 +47,7 @@ def events() -> list[NewEvent]:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Pipeline]]:
+def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
     """Pipelines on one data directory and database; a second one is a restart."""
     with pipeline_factory(
         lambda **overrides: small_settings(
@@ -60,7 +60,7 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., P
         yield make
 
 
-def _job(pipeline: Pipeline, job_id: int) -> dict[str, Any]:
+def _job(pipeline: Driftline, job_id: int) -> dict[str, Any]:
     with pipeline.db.connect() as conn:
         job = get_job(conn, job_id)
     assert job is not None
@@ -74,39 +74,39 @@ def _until(condition: Callable[[], bool], what: str) -> None:
         time.sleep(0.05)
 
 
-def _job_objects(pipeline: Pipeline) -> list[str]:
+def _job_objects(pipeline: Driftline) -> list[str]:
     """Every key in the object store other than model artifacts."""
     store = pipeline.registry.store
     return [key for key in store.list("") if not key.startswith("models/")]
 
 
 def test_a_job_is_recorded_succeeded_before_serving_swaps_to_it_off_the_job_thread(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     pipeline = make_pipeline(background=True)
     seen: list[tuple[str, str, str | None]] = []
-    swap = pipeline.swap
+    swap = pipeline.swapper.swap
 
     def watched_swap(loaded: Any, trigger: str | None = None) -> None:
         job = _job(pipeline, int(loaded.row["job_id"]))
         seen.append((threading.current_thread().name, job["status"], job["model_version"]))
         swap(loaded, trigger)
 
-    pipeline.swap = watched_swap  # type: ignore[method-assign]
-    pipeline.start_following(None)  # woken by the retrainer only, never by polling
+    pipeline.swapper.swap = watched_swap  # type: ignore[method-assign]
+    pipeline.follower.start(None)  # woken by the retrainer only, never by polling
     pipeline.ingest(events[:200])  # the bootstrap job starts on its own thread
-    _until(lambda: pipeline.serving.version == "v0001", "the bootstrap version to serve")
+    _until(lambda: pipeline.learner.serving.version == "v0001", "the bootstrap version to serve")
     assert seen == [("registry-follower", "succeeded", "v0001")]
 
 
 def test_a_store_error_recording_success_leaves_the_job_succeeded_with_its_version(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     """The version is published, so serving follows it: the job record says so rather
     than that the job failed."""
     pipeline = make_pipeline()
     pipeline.ingest(events[:300])
-    assert pipeline.serving.version == "v0001"
+    assert pipeline.learner.serving.version == "v0001"
     recorder = pipeline.retrainer._recorder
     succeeded = recorder.succeeded
     calls = []
@@ -122,7 +122,7 @@ def test_a_store_error_recording_success_leaves_the_job_succeeded_with_its_versi
     job = _job(pipeline, job_id)
     assert job["status"] == "succeeded" and job["model_version"] == "v0002"
     assert job["stop_reason"] == "published; recorded late"
-    assert pipeline.serving.version == "v0002"
+    assert pipeline.learner.serving.version == "v0002"
     assert [v["job_id"] for v in pipeline.registry.versions()].count(job_id) == 1
 
 
@@ -147,7 +147,7 @@ class _Gate:
 
 
 def test_shutting_down_saves_the_heartbeats_once_a_running_job_has_had_its_grace(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     """A stopping service shares one grace between its consumer's batch and a running
     job. Past it, the heartbeats are written before the runtimes close: closing waits
@@ -156,14 +156,14 @@ def test_shutting_down_saves_the_heartbeats_once_a_running_job_has_had_its_grace
     pipeline = make_pipeline(background=True, bootstrap_events=10**6, retrain_workers=2)
     pipeline.ingest(events[:300])
     flushed = threading.Event()
-    flush = pipeline.flush
+    flush = pipeline.monitor.flush
 
     def watched_flush(*args: Any, **kwargs: Any) -> list[int]:
         ids = flush(*args, **kwargs)
         flushed.set()
         return ids
 
-    pipeline.flush = watched_flush  # type: ignore[method-assign]
+    pipeline.monitor.flush = watched_flush  # type: ignore[method-assign]
     gate = _Gate(worker_index=1)
     pipeline.retrainer._runtimes["thread"] = ThreadRuntime(handler=gate, concurrency=4)
     stopping = threading.Thread(target=pipeline.shut_down, kwargs={"grace_s": 0.5})
@@ -182,7 +182,7 @@ def test_shutting_down_saves_the_heartbeats_once_a_running_job_has_had_its_grace
 
 
 def test_publishing_does_not_wait_for_stragglers_which_are_billed_when_they_finish(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     pipeline = make_pipeline(
         background=True,
@@ -221,7 +221,7 @@ def test_publishing_does_not_wait_for_stragglers_which_are_billed_when_they_fini
 
 
 def test_a_failed_job_leaves_no_objects_behind(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     pipeline = make_pipeline(bootstrap_events=10**6)
     pipeline.ingest(events[:300])
@@ -243,7 +243,7 @@ def test_a_failed_job_leaves_no_objects_behind(
 
 
 def test_a_restart_deletes_the_objects_of_the_jobs_it_fails(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     first = make_pipeline(bootstrap_events=10**6)
     first.ingest(events[:300])
@@ -265,19 +265,19 @@ def test_a_restart_deletes_the_objects_of_the_jobs_it_fails(
 
 
 def test_retention_keeps_the_version_a_job_of_another_process_builds_on(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     pipeline = make_pipeline(retention_versions=1)
     pipeline.ingest(events[:300])
-    assert pipeline.current is not None and pipeline.serving.version == "v0001"
-    model = pipeline.current.model
+    assert pipeline.learner.current is not None and pipeline.learner.serving.version == "v0001"
+    model = pipeline.learner.current.model
     for last in (301, 302):  # v0002, v0003, published by some other process
         pipeline.registry.publish(model.copy(), last_event_id=last, job_id=None, rmse=None)
     with pipeline.db.begin() as conn:  # that process's running job builds on v0002
         job_id = create_job(conn, policy="adwin", trigger="drift", runtime="thread", params={})
         update_job(conn, job_id, status="running", base_version="v0002", last_event_id=302)
     pipeline.registry.publish(model.copy(), last_event_id=303, job_id=None, rmse=None)
-    assert pipeline.follow_registry() and pipeline.serving.version == "v0004"
+    assert pipeline.swapper.follow_registry() and pipeline.learner.serving.version == "v0004"
     deleted = {v["version"] for v in pipeline.registry.versions() if v["deleted_at"]}
     # Kept: serving (v0004), the static baseline (v0001), the running job's base (v0002).
     assert deleted == {"v0003"}
@@ -318,14 +318,14 @@ class _Kill(BaseException):
 
 
 def test_jobs_killed_between_publishing_and_recording_are_settled_at_restart(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     """Two jobs in a row die after publishing, before their success is recorded. The
     restart records both succeeded with the version each published (none republished),
     with the bill each one's checkpoint holds, and deletes what they left in the store."""
     first = make_pipeline()
     first.ingest(events[:300])
-    assert first.serving.version == "v0001"
+    assert first.learner.serving.version == "v0001"
     recorder = first.retrainer._recorder
 
     def kill(*args: object, **kwargs: object) -> None:
@@ -350,7 +350,7 @@ def test_jobs_killed_between_publishing_and_recording_are_settled_at_restart(
         assert job["invocations"] and job["cost_usd"] == pytest.approx(
             sum(i["cost_usd"] for i in job["invocations"])
         )
-    assert restarted.serving.version == "v0003"
+    assert restarted.learner.serving.version == "v0003"
     assert _job_objects(restarted) == []
 
 
@@ -382,7 +382,7 @@ class _Halving(Configurator):
 
 
 def test_the_settings_pick_the_policy_and_configurator_from_their_registries(
-    make_pipeline: Callable[..., Pipeline],
+    make_pipeline: Callable[..., Driftline],
     events: list[NewEvent],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -396,7 +396,7 @@ def test_the_settings_pick_the_policy_and_configurator_from_their_registries(
         target_loss=None,
     )
     pipeline.ingest(events[:99])
-    assert pipeline.current is None
+    assert pipeline.learner.current is None
     pipeline.ingest(events[99:150])
     with pipeline.db.connect() as conn:
         [job] = list_jobs(conn)
@@ -410,7 +410,7 @@ def test_the_settings_pick_the_policy_and_configurator_from_their_registries(
 
 
 def test_a_restart_sweeps_objects_of_ended_jobs_but_not_of_jobs_still_running(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     """A server stopped while a finished job's stragglers ran never deleted that job's
     objects; the next start deletes them, and leaves alone a job another process sharing
@@ -438,7 +438,7 @@ def test_a_restart_sweeps_objects_of_ended_jobs_but_not_of_jobs_still_running(
     assert sorted(_job_objects(restarted)) == sorted([foreign, running])
 
 
-def _preempt_after_epoch(pipeline: Pipeline, epoch: int) -> list[int | None]:
+def _preempt_after_epoch(pipeline: Driftline, epoch: int) -> list[int | None]:
     """Ask the retrainer to pre-empt its job once epoch ``epoch`` is recorded, as a drift
     alert would; the list collects what each ask answered (the job pre-empted, or None)."""
     recorder = pipeline.retrainer._recorder
@@ -455,7 +455,7 @@ def _preempt_after_epoch(pipeline: Pipeline, epoch: int) -> list[int | None]:
 
 
 def test_a_preempted_refresh_stops_after_its_epoch_publishes_nothing_and_leaves_no_objects(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent]
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
 ) -> None:
     pipeline = make_pipeline(
         background=True,
@@ -488,7 +488,7 @@ def test_a_preempted_refresh_stops_after_its_epoch_publishes_nothing_and_leaves_
 
 @pytest.mark.parametrize("trigger", ["bootstrap", "drift", "manual"])
 def test_bootstrap_drift_and_manual_jobs_are_not_preempted(
-    make_pipeline: Callable[..., Pipeline], events: list[NewEvent], trigger: str
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent], trigger: str
 ) -> None:
     pipeline = make_pipeline(bootstrap_events=10**6, retrain_configurator="static")
     pipeline.ingest(events[:300])

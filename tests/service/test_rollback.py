@@ -34,9 +34,9 @@ def _publish(client: TestClient, seed: int, job_id: int | None = None) -> str:
         epochs=2,
         batch_size=32,
     )
-    pipeline = client.app.state.pipeline
+    pipeline = client.app.state.driftline
     published = pipeline.registry.publish(model, last_event_id=1, job_id=job_id, rmse=0.9)
-    assert pipeline.follow_registry()
+    assert pipeline.swapper.follow_registry()
     return str(published.version)
 
 
@@ -96,8 +96,8 @@ def test_the_registry_follower_keeps_a_rollback_until_a_newer_version_is_publish
 ) -> None:
     client, first, _second = two
     client.post(f"/models/{first}/rollback")
-    pipeline = client.app.state.pipeline
-    assert not pipeline.follow_registry()  # the newer version does not come back by itself
+    pipeline = client.app.state.driftline
+    assert not pipeline.swapper.follow_registry()  # the newer version does not come back by itself
     assert client.get("/models").json()["current"] == first
     third = _publish(client, 3)
     assert client.get("/models").json()["current"] == third
@@ -107,12 +107,12 @@ def test_a_rollback_restarts_the_drift_monitor_as_a_new_regime(
     two: tuple[TestClient, str, str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     client, first, _second = two
-    pipeline = client.app.state.pipeline
+    pipeline = client.app.state.driftline
     with pipeline.db.begin() as conn:  # a scheduled job's version keeps the regime...
         job = create_job(conn, policy="periodic", trigger="refresh", runtime="thread", params={})
     scheduled = _publish(client, 4, job_id=job)
     calls: list[bool] = []
-    monkeypatch.setattr(pipeline.monitor, "on_swap", calls.append)
+    monkeypatch.setattr(pipeline.monitor.detector, "on_swap", calls.append)
     client.post(f"/models/{first}/rollback")
     client.post(f"/models/{scheduled}/rollback")  # ...but not when rolled back to
     assert calls == [False, False]
@@ -143,7 +143,7 @@ def test_a_version_retention_deleted_cannot_serve_again(
     two: tuple[TestClient, str, str],
 ) -> None:
     client, first, second = two
-    with client.app.state.pipeline.db.begin() as conn:
+    with client.app.state.driftline.db.begin() as conn:
         mark_deleted(conn, first)
     refused = client.post(f"/models/{first}/rollback")
     assert refused.status_code == 409 and "deleted" in refused.json()["detail"]

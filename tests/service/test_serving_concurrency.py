@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 from functions.mf import BiasedMF
-from service.app import build_pipeline
 from service.settings import Settings
 from service.store.events import NewEvent
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 from tests.support.synthetic import stationary_stream
 
 SWAPS = 4
@@ -33,7 +32,7 @@ def _events(stream: list[dict]) -> list[NewEvent]:
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path, database_url: str) -> Iterator[Pipeline]:
+def pipeline(tmp_path: Path, database_url: str) -> Iterator[Driftline]:
     settings = Settings(
         data_dir=tmp_path / "data",
         database_url=database_url,
@@ -41,13 +40,13 @@ def pipeline(tmp_path: Path, database_url: str) -> Iterator[Pipeline]:
         heartbeat_events=200,
         registry_poll_seconds=None,
     )
-    built = build_pipeline(settings, background_retrain=False)
+    built = build_driftline(settings, background_retrain=False)
     yield built
     built.retrainer.close()
     built.db.dispose()
 
 
-def _publish_versions(pipeline: Pipeline, n: int) -> dict[str, set[str]]:
+def _publish_versions(pipeline: Driftline, n: int) -> dict[str, set[str]]:
     """``n`` versions trained on different slices of a stream; version → its item ids."""
     stream = stationary_stream(n_users=80, n_items=120, n_events=3000, seed=3)
     pipeline.ingest(_events(stream))
@@ -66,11 +65,11 @@ def _publish_versions(pipeline: Pipeline, n: int) -> dict[str, set[str]]:
 
 
 def test_readers_never_fail_while_new_ids_stream_in_and_versions_swap(
-    pipeline: Pipeline,
+    pipeline: Driftline,
 ) -> None:
     items_of = _publish_versions(pipeline, SWAPS)
     versions = list(items_of)
-    pipeline.swap_to(versions[0])
+    pipeline.swapper.swap_to(versions[0])
     stop = threading.Event()
     errors: list[BaseException] = []
     answers = {"model": 0, "popular": 0}
@@ -108,7 +107,7 @@ def test_readers_never_fail_while_new_ids_stream_in_and_versions_swap(
         rng = random.Random(100 + reader)
         while not stop.is_set():
             user = rng.choice(known_users + [f"w0-{rng.randint(0, 30)}-{rng.randint(0, 49)}"])
-            answer = pipeline.recommend(user, 10)
+            answer = pipeline.recommender.recommend(user, 10)
             answers[answer.source] += 1
             if answer.source == "model":
                 foreign = [i for i, _ in answer.items if i not in items_of[answer.model_version]]
@@ -119,7 +118,7 @@ def test_readers_never_fail_while_new_ids_stream_in_and_versions_swap(
         for version in versions[1:] + versions[:1]:
             if stop.is_set():
                 return
-            pipeline.swap_to(version)
+            pipeline.swapper.swap_to(version)
 
     writers = [guarded(lambda w=w: ingest(w)) for w in range(2)]
     readers = [guarded(lambda r=r: read(r)) for r in range(3)]
@@ -135,4 +134,4 @@ def test_readers_never_fail_while_new_ids_stream_in_and_versions_swap(
     assert errors == []
     assert wrong == []
     assert answers["model"] > 100
-    assert pipeline.serving.version == versions[0]
+    assert pipeline.learner.serving.version == versions[0]

@@ -7,10 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from service.app import build_pipeline
 from service.settings import Settings
 from service.store.events import NewEvent
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 from tests.support.synthetic import stationary_stream
 
 JOBS = 20
@@ -30,7 +29,7 @@ def runtime(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def pipeline(tmp_path: Path, database_url: str, runtime: str) -> Iterator[Pipeline]:
+def pipeline(tmp_path: Path, database_url: str, runtime: str) -> Iterator[Driftline]:
     settings = Settings(
         data_dir=tmp_path / "data",
         database_url=database_url,
@@ -44,13 +43,13 @@ def pipeline(tmp_path: Path, database_url: str, runtime: str) -> Iterator[Pipeli
         retention_versions=3,
         registry_poll_seconds=None,
     )
-    built = build_pipeline(settings, background_retrain=False)
+    built = build_driftline(settings, background_retrain=False)
     yield built
     built.retrainer.close()
     built.db.dispose()
 
 
-def test_object_store_size_stays_flat_across_twenty_jobs(pipeline: Pipeline) -> None:
+def test_object_store_size_stays_flat_across_twenty_jobs(pipeline: Driftline) -> None:
     stream = stationary_stream(n_users=300, n_items=200, n_events=200 * (JOBS + 1), seed=9)
     events = [
         NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
@@ -67,7 +66,7 @@ def test_object_store_size_stays_flat_across_twenty_jobs(pipeline: Pipeline) -> 
     versions = pipeline.registry.versions()
     assert len(versions) == JOBS
     kept = [v["version"] for v in versions if v["deleted_at"] is None]
-    assert pipeline.serving.version in kept and versions[-1]["version"] in kept
+    assert pipeline.learner.serving.version in kept and versions[-1]["version"] in kept
     assert len(kept) <= 3 + 1  # the newest three, and the first (the static baseline)
     leftovers = [p.relative_to(objects).parts[0] for p in objects.rglob("*") if p.is_file()]
     assert set(leftovers) == {"models"}  # no snapshots, shards, deltas or checkpoints
@@ -75,7 +74,7 @@ def test_object_store_size_stays_flat_across_twenty_jobs(pipeline: Pipeline) -> 
     print(f"object store after {JOBS} jobs: {sizes[-1]:,} bytes")
 
 
-def test_deleted_versions_are_listed_and_never_loaded(pipeline: Pipeline) -> None:
+def test_deleted_versions_are_listed_and_never_loaded(pipeline: Driftline) -> None:
     stream = stationary_stream(n_users=50, n_items=40, n_events=1200, seed=4)
     events = [
         NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])

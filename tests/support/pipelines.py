@@ -7,24 +7,23 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from service.app import build_pipeline
 from service.settings import Settings
-from service.stream.pipeline import Pipeline
+from service.wiring import Driftline, build_driftline
 
 #: Seconds a closing pipeline waits for a background job to end.
 CLOSE_WAIT_S = 120.0
 
 
 @contextmanager
-def pipeline_factory(settings_for: Callable[..., Settings]) -> Iterator[Callable[..., Pipeline]]:
+def pipeline_factory(settings_for: Callable[..., Settings]) -> Iterator[Callable[..., Driftline]]:
     """``make(*args, background=False, **overrides)`` builds a pipeline from
     ``settings_for(*args, **overrides)``; on exit every pipeline made is stopped (its
     registry follower, its jobs) and closed. A second one on the same data directory
     and database is a restart."""
-    built: list[Pipeline] = []
+    built: list[Driftline] = []
 
-    def make(*args: Any, background: bool = False, **overrides: Any) -> Pipeline:
-        pipeline = build_pipeline(settings_for(*args, **overrides), background_retrain=background)
+    def make(*args: Any, background: bool = False, **overrides: Any) -> Driftline:
+        pipeline = build_driftline(settings_for(*args, **overrides), background_retrain=background)
         built.append(pipeline)
         return pipeline
 
@@ -32,7 +31,7 @@ def pipeline_factory(settings_for: Callable[..., Settings]) -> Iterator[Callable
         yield make
     finally:
         for pipeline in built:
-            pipeline.stop_following()
+            pipeline.follower.stop()
             pipeline.retrainer.wait(timeout=CLOSE_WAIT_S)
             pipeline.retrainer.close()
             pipeline.db.dispose()

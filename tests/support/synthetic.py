@@ -97,7 +97,7 @@ def planted_drift_stream(
 
 
 def as_new_events(stream: list[dict]) -> list[NewEvent]:
-    """A generated stream as the ``NewEvent`` records ``Pipeline.ingest`` takes."""
+    """A generated stream as the ``NewEvent`` records ``Driftline.ingest`` takes."""
     return [
         NewEvent(e["user_id"], e["item_id"], e["rating"], e["timestamp"], e["event_id"])
         for e in stream

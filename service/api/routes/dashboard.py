@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from service.api.access import Access, Principal, PrincipalDep, read_form
-from service.api.deps import PipelineDep
+from service.api.deps import DatabaseDep, ReadsDep, SwapperDep
 from service.api.schemas import MAX_ALERT_ID, MAX_JOB_ID, AlertDetailPublic, answers
 from service.auth.sessions import COOKIE, CSRF_FIELD
 from service.dashboard import views
@@ -52,7 +52,7 @@ def _page(
         csrf_field=CSRF_FIELD,
         csrf_token=token,
         # The live stream resumes after the newest event the page was rendered with.
-        last_event_id=request.app.state.pipeline.events.newest_id,
+        last_event_id=request.app.state.driftline.feed.newest_id,
         **context,
     )
 
@@ -145,22 +145,22 @@ async def sign_out() -> Response:
 
 
 @router.get("/dashboard", response_class=HTMLResponse, responses=answers(503))
-def dashboard(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
+def dashboard(reads: ReadsDep, request: Request, principal: PrincipalDep) -> str:
     """Overview: what serves, how well, events in, Kafka lag, the running job, spend."""
     consumer = getattr(request.app.state, "consumer", None)
-    summary = views.overview(pipeline, consumer)
+    summary = views.overview(reads, consumer)
     return _page(request, principal, "overview.html", "Overview", "overview", o=summary)
 
 
 @router.get("/dashboard/data/accuracy", responses=answers(503))
-def accuracy_data(pipeline: PipelineDep) -> dict[str, Any]:
+def accuracy_data(reads: ReadsDep) -> dict[str, Any]:
     """What the accuracy chart draws: heartbeats, alerts, swaps, job spans, threshold."""
-    return views.accuracy_series(pipeline)
+    return views.accuracy_series(reads)
 
 
 @router.get("/dashboard/alerts", response_class=HTMLResponse, responses=_json(answers(503)))
-def alerts_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
-    context = views.alerts_page(pipeline)
+def alerts_page(reads: ReadsDep, request: Request, principal: PrincipalDep) -> str:
+    context = views.alerts_page(reads)
     return _page(request, principal, "alerts.html", "Drift alerts", "alerts", **context)
 
 
@@ -170,9 +170,9 @@ def alerts_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep
     responses=_json(answers(404, 422, 503)),
 )
 def alert_page(
-    pipeline: PipelineDep, request: Request, principal: PrincipalDep, alert_id: AlertId
+    reads: ReadsDep, request: Request, principal: PrincipalDep, alert_id: AlertId
 ) -> str:
-    context = views.alert_page(pipeline, alert_id)
+    context = views.alert_page(reads, alert_id)
     if context is None:
         raise HTTPException(404, f"no drift alert {alert_id}")
     return _page(request, principal, "alert.html", f"Alert #{alert_id}", "alerts", **context)
@@ -184,10 +184,10 @@ def alert_page(
     tags=["drift"],
     responses=answers(401, 403, 404, 422, 503),
 )
-def acknowledge(pipeline: PipelineDep, principal: PrincipalDep, alert_id: AlertId) -> Any:
+def acknowledge(db: DatabaseDep, principal: PrincipalDep, alert_id: AlertId) -> Any:
     """Mark the alert seen (admin); the first acknowledgement stands, repeating it is
     harmless."""
-    with pipeline.db.begin() as conn:
+    with db.begin() as conn:
         row = acknowledge_alert(conn, alert_id, principal.name, time.time())
     if row is None:
         raise HTTPException(404, f"no drift alert {alert_id}")
@@ -203,33 +203,31 @@ def acknowledge(pipeline: PipelineDep, principal: PrincipalDep, alert_id: AlertI
         **_json(answers(401, 403, 404, 422, 503)),
     },
 )
-def acknowledge_form(pipeline: PipelineDep, principal: PrincipalDep, alert_id: AlertId) -> Response:
+def acknowledge_form(db: DatabaseDep, principal: PrincipalDep, alert_id: AlertId) -> Response:
     """The alert page's button (admin, with the session's CSRF token)."""
-    acknowledge(pipeline, principal, alert_id)
+    acknowledge(db, principal, alert_id)
     return _see_other(f"/dashboard/alerts/{alert_id}")
 
 
 @router.get("/dashboard/jobs", response_class=HTMLResponse, responses=_json(answers(503)))
-def jobs_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
-    context = views.jobs_page(pipeline)
+def jobs_page(reads: ReadsDep, request: Request, principal: PrincipalDep) -> str:
+    context = views.jobs_page(reads)
     return _page(request, principal, "jobs.html", "Retraining jobs", "jobs", **context)
 
 
 @router.get(
     "/dashboard/jobs/{job_id}", response_class=HTMLResponse, responses=_json(answers(404, 422, 503))
 )
-def job_page(
-    pipeline: PipelineDep, request: Request, principal: PrincipalDep, job_id: JobId
-) -> str:
-    context = views.job_page(pipeline, job_id)
+def job_page(reads: ReadsDep, request: Request, principal: PrincipalDep, job_id: JobId) -> str:
+    context = views.job_page(reads, job_id)
     if context is None:
         raise HTTPException(404, f"no retraining job {job_id}")
     return _page(request, principal, "job.html", f"Job #{job_id}", "jobs", **context)
 
 
 @router.get("/dashboard/versions", response_class=HTMLResponse, responses=_json(answers(503)))
-def versions_page(pipeline: PipelineDep, request: Request, principal: PrincipalDep) -> str:
-    context = views.versions_page(pipeline)
+def versions_page(reads: ReadsDep, request: Request, principal: PrincipalDep) -> str:
+    context = views.versions_page(reads)
     return _page(request, principal, "versions.html", "Model versions", "versions", **context)
 
 
@@ -243,12 +241,12 @@ def versions_page(pipeline: PipelineDep, request: Request, principal: PrincipalD
     },
 )
 async def rollback_form(
-    pipeline: PipelineDep, principal: PrincipalDep, version: VersionPath
+    swapper: SwapperDep, principal: PrincipalDep, version: VersionPath
 ) -> Response:
     """The versions page's button: the registry's rollback, as POST /models/{version}/rollback
     does it (admin, recorded, reversible by rolling back again)."""
     try:
-        await run_in_threadpool(pipeline.rollback, version, principal.name)
+        await run_in_threadpool(swapper.rollback, version, principal.name)
     except RollbackRefused as exc:
         raise HTTPException(exc.status, str(exc)) from exc
     return _see_other("/dashboard/versions")

@@ -1,7 +1,7 @@
 """GET /dashboard/events: the dashboard's live feed, as server-sent events.
 
-Heartbeats, drift alerts, retraining jobs and model swaps, as the pipeline records them
-(``service.dashboard.events``). Each message's ``id`` is the event's id, its ``event``
+Heartbeats, drift alerts, retraining jobs and model swaps, as the stream components record them
+(``service.livefeed``). Each message's ``id`` is the event's id, its ``event``
 the kind, its ``data`` the event as JSON. A browser that reconnects sends the last id it
 saw (``Last-Event-ID``; a page's first connection may pass ``?last_event_id=``) and gets
 what followed; if some of that has already left the buffer, or the id is one this
@@ -9,7 +9,7 @@ process never gave (it restarted), a ``reload`` event comes first: the JSON endp
 are the source of truth. Without either the stream starts at the newest event.
 
 The stream polls the buffer (``POLL_SECONDS``) rather than waking on each publish, so
-the pipeline never touches the event loop; it ends when the client goes away or the
+the stream never touches the event loop; it ends when the client goes away or the
 server shuts down (sse-starlette ends open streams when uvicorn is told to exit).
 """
 
@@ -23,9 +23,9 @@ import orjson
 from fastapi import APIRouter, Header, Query
 from sse_starlette import EventSourceResponse, ServerSentEvent
 
-from service.api.deps import PipelineDep
+from service.api.deps import FeedDep
 from service.api.schemas import MAX_ID
-from service.dashboard.events import DashboardEvent, EventBuffer
+from service.livefeed import DashboardEvent, EventBuffer
 
 router = APIRouter(tags=["ops"])
 
@@ -87,12 +87,12 @@ async def _stream(
     include_in_schema=False,
 )
 async def dashboard_events(
-    pipeline: PipelineDep,
+    feed: FeedDep,
     last_event_header: Annotated[str | None, Header(alias="Last-Event-ID")] = None,
     last_event_id: Annotated[int | None, Query(ge=0, le=MAX_ID)] = None,
 ) -> Any:
     """Heartbeat, alert, job and swap events as they happen (``text/event-stream``)."""
-    buffer = pipeline.events
+    buffer = feed
     resume = _resume_point(last_event_header, last_event_id, buffer.newest_id)
     shutdown = anyio.Event()  # set by sse-starlette when uvicorn is told to exit
     return EventSourceResponse(

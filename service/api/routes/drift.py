@@ -7,7 +7,7 @@ from typing import Annotated
 
 from fastapi import APIRouter, HTTPException, Path, Query
 
-from service.api.deps import PipelineDep
+from service.api.deps import DatabaseDep, ReadsDep
 from service.api.schemas import (
     MAX_ALERT_ID,
     MAX_ID,
@@ -24,10 +24,8 @@ router = APIRouter(tags=["drift"])
 
 
 @router.get("/drift/alerts", response_model=AlertsPublic, responses=answers(422, 503))
-def alerts(
-    pipeline: PipelineDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 100
-) -> AlertsPublic:
-    with pipeline.db.connect() as conn:
+def alerts(db: DatabaseDep, limit: Annotated[int, Query(ge=1, le=10_000)] = 100) -> AlertsPublic:
+    with db.connect() as conn:
         rows = list_alerts(conn, limit)
     return AlertsPublic(alerts=[AlertPublic(**row) for row in rows])
 
@@ -36,11 +34,11 @@ def alerts(
     "/drift/alerts/{alert_id}", response_model=AlertDetailPublic, responses=answers(404, 422, 503)
 )
 def alert(
-    pipeline: PipelineDep, alert_id: Annotated[int, Path(ge=1, le=MAX_ALERT_ID)]
+    db: DatabaseDep, alert_id: Annotated[int, Path(ge=1, le=MAX_ALERT_ID)]
 ) -> AlertDetailPublic:
     """One alert, with how its error rise splits across new and returning users, head and
     tail items, and the users and items whose error rose most."""
-    with pipeline.db.connect() as conn:
+    with db.connect() as conn:
         row = get_alert(conn, alert_id)
     if row is None:
         raise HTTPException(404, f"no drift alert {alert_id}")
@@ -49,8 +47,8 @@ def alert(
 
 @router.get("/drift/heartbeats", response_model=HeartbeatsPublic, responses=answers(422, 503))
 def heartbeats(
-    pipeline: PipelineDep, since_events: Annotated[int, Query(ge=0, le=MAX_ID)] = 0
+    reads: ReadsDep, since_events: Annotated[int, Query(ge=0, le=MAX_ID)] = 0
 ) -> HeartbeatsPublic:
     """Prequential RMSE per heartbeat, of the served model and the never-retrained one."""
-    rows = pipeline.heartbeats(since_events)
+    rows = reads.heartbeats(since_events)
     return HeartbeatsPublic(heartbeats=[HeartbeatPublic(**row) for row in rows])

@@ -10,7 +10,7 @@ from fastapi.responses import JSONResponse
 from prometheus_client import CONTENT_TYPE_LATEST
 from sqlalchemy.exc import SQLAlchemyError
 
-from service.api.deps import PipelineDep
+from service.api.deps import DatabaseDep, MetricsDep, ReadsDep
 from service.api.schemas import HealthPublic
 from service.store.events import count_events
 
@@ -28,14 +28,14 @@ router = APIRouter(tags=["ops"])
         },
     },
 )
-def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
+def healthz(reads: ReadsDep, db: DatabaseDep, request: Request) -> JSONResponse:
     body: dict[str, Any] = {
         "status": "ok",
-        "model_version": pipeline.serving.version,
-        "labelled_events_seen": pipeline.labelled_seen,
-        "retrain_job_running": pipeline.retrainer.active_job_id,
-        "retrain_policy": pipeline.policy_status(),
-        "prequential": pipeline.accuracy_summary(),
+        "model_version": reads.serving_version,
+        "labelled_events_seen": reads.labelled_seen,
+        "retrain_job_running": reads.running_job_id,
+        "retrain_policy": reads.policy_status(),
+        "prequential": reads.accuracy_summary(),
     }
     consumer = getattr(request.app.state, "consumer", None)
     if consumer is not None:
@@ -45,7 +45,7 @@ def healthz(pipeline: PipelineDep, request: Request) -> JSONResponse:
             **asdict(consumer.state),
         }
     try:
-        with pipeline.db.connect() as conn:
+        with db.connect() as conn:
             body["events_stored"] = count_events(conn)
         body["database"] = "ok"
     except SQLAlchemyError as exc:
@@ -71,5 +71,5 @@ def _answer(body: dict[str, Any], status_code: int) -> JSONResponse:
         }
     },
 )
-def metrics(pipeline: PipelineDep) -> Response:
-    return Response(pipeline.metrics.render(), media_type=CONTENT_TYPE_LATEST)
+def metrics(registry: MetricsDep) -> Response:
+    return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)

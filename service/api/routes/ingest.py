@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, HTTPException, Request
 from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import PipelineDep, SettingsDep
+from service.api.deps import IngestDep, MetricsDep, SettingsDep
 from service.api.limits import Limited, Limits
 from service.api.schemas import IngestBatch, IngestResult, answers
 from service.ingest.validation import parse_event
@@ -137,7 +137,9 @@ def validate_events(raw_events: list[Any], settings: Settings) -> list[NewEvent]
         }
     },
 )
-async def ingest(request: Request, pipeline: PipelineDep, settings: SettingsDep) -> IngestResult:
+async def ingest(
+    request: Request, store_and_learn: IngestDep, metrics: MetricsDep, settings: SettingsDep
+) -> IngestResult:
     """Store a batch of events atomically, then evaluate and learn from them."""
     principal = request.state.principal.name
     limits: Limits = request.app.state.limits
@@ -154,10 +156,10 @@ async def ingest(request: Request, pipeline: PipelineDep, settings: SettingsDep)
         if item_cap is not None:
             item_cap.take(principal, [event.item_id for event in events])
     except (Rejected, Limited) as exc:
-        pipeline.metrics.ingest_rejected.labels(reason=exc.reason).inc()
+        metrics.ingest_rejected.labels(reason=exc.reason).inc()
         raise
     try:
-        outcome = await run_in_threadpool(pipeline.ingest, events)
+        outcome = await run_in_threadpool(store_and_learn, events)
     except Exception:
         if item_cap is not None:  # nothing was stored: the batch may be retried
             item_cap.give_back(principal, [event.item_id for event in events])

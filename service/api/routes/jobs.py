@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path, Query
 from fastapi.concurrency import run_in_threadpool
 
 from retrain.lifecycle import JobAlreadyRunning, NothingToTrain
-from service.api.deps import PipelineDep
+from service.api.deps import DatabaseDep, TriggerDep
 from service.api.schemas import MAX_JOB_ID, JobPublic, JobsPublic, RetrainAccepted, answers
 from service.store.jobs import get_job, list_jobs
 
@@ -16,15 +16,15 @@ router = APIRouter(tags=["jobs"])
 
 
 @router.get("/jobs", response_model=JobsPublic, responses=answers(422, 503))
-def jobs(pipeline: PipelineDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobsPublic:
-    with pipeline.db.connect() as conn:
+def jobs(db: DatabaseDep, limit: Annotated[int, Query(ge=1, le=1000)] = 100) -> JobsPublic:
+    with db.connect() as conn:
         rows = list_jobs(conn, limit)
     return JobsPublic(jobs=[JobPublic.from_record(row) for row in rows])
 
 
 @router.get("/jobs/{job_id}", response_model=JobPublic, responses=answers(404, 422, 503))
-def job(pipeline: PipelineDep, job_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)]) -> JobPublic:
-    with pipeline.db.connect() as conn:
+def job(db: DatabaseDep, job_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)]) -> JobPublic:
+    with db.connect() as conn:
         row = get_job(conn, job_id)
     if row is None:
         raise HTTPException(404, f"no retraining job {job_id}")
@@ -34,9 +34,9 @@ def job(pipeline: PipelineDep, job_id: Annotated[int, Path(ge=1, le=MAX_JOB_ID)]
 @router.post(
     "/retrain", response_model=RetrainAccepted, status_code=202, responses=answers(409, 503)
 )
-async def retrain(pipeline: PipelineDep) -> RetrainAccepted:
+async def retrain(trigger: TriggerDep) -> RetrainAccepted:
     try:
-        job_id = await run_in_threadpool(pipeline.retrain_now)
+        job_id = await run_in_threadpool(trigger.retrain_now)
     except JobAlreadyRunning as exc:
         raise HTTPException(409, str(exc)) from exc
     except NothingToTrain as exc:

@@ -7,7 +7,7 @@ from typing import Annotated
 from fastapi import APIRouter, HTTPException, Path, Request
 from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import PipelineDep
+from service.api.deps import DatabaseDep
 from service.api.schemas import (
     ApiKeyCreated,
     ApiKeyIn,
@@ -25,9 +25,9 @@ KeyName = Annotated[str, Path(pattern=KEY_NAME_PATTERN)]
 
 
 @router.get("/keys", response_model=ApiKeysPublic, responses=answers(503))
-def keys(pipeline: PipelineDep) -> ApiKeysPublic:
+def keys(db: DatabaseDep) -> ApiKeysPublic:
     """Keys in force: names, scopes and when each was created and last used."""
-    with pipeline.db.connect() as conn:
+    with db.connect() as conn:
         rows = list_keys(conn)
     return ApiKeysPublic(keys=[ApiKeyPublic(**row) for row in rows])
 
@@ -35,10 +35,10 @@ def keys(pipeline: PipelineDep) -> ApiKeysPublic:
 @router.post(
     "/keys", response_model=ApiKeyCreated, status_code=201, responses=answers(400, 409, 422, 503)
 )
-async def create(body: ApiKeyIn, request: Request, pipeline: PipelineDep) -> ApiKeyCreated:
+async def create(body: ApiKeyIn, request: Request, db: DatabaseDep) -> ApiKeyCreated:
     """Mint a key; its secret is in this answer and nowhere else, ever."""
     try:
-        issued = await run_in_threadpool(create_key, pipeline.db, body.name, body.scopes)
+        issued = await run_in_threadpool(create_key, db, body.name, body.scopes)
     except KeyExists as exc:
         raise HTTPException(409, str(exc)) from exc
     request.app.state.access.ring.refresh()
@@ -46,9 +46,9 @@ async def create(body: ApiKeyIn, request: Request, pipeline: PipelineDep) -> Api
 
 
 @router.delete("/keys/{name}", response_model=ApiKeyRevoked, responses=answers(404, 422, 503))
-async def delete(name: KeyName, request: Request, pipeline: PipelineDep) -> ApiKeyRevoked:
+async def delete(name: KeyName, request: Request, db: DatabaseDep) -> ApiKeyRevoked:
     """Revoke a key: requests carrying it are refused from this answer on."""
-    if not await run_in_threadpool(revoke, pipeline.db, name):
+    if not await run_in_threadpool(revoke, db, name):
         raise HTTPException(404, f"no key named {name!r} is in force")
     request.app.state.access.ring.refresh()
     return ApiKeyRevoked(name=name, revoked=True)

@@ -8,7 +8,7 @@ from fastapi import APIRouter, HTTPException, Path
 from fastapi.concurrency import run_in_threadpool
 
 from service.api.access import PrincipalDep
-from service.api.deps import PipelineDep
+from service.api.deps import ReadsDep, RegistryDep, SwapperDep
 from service.api.schemas import (
     ModelsPublic,
     RollbackPublic,
@@ -24,8 +24,7 @@ VersionPath = Annotated[str, Path(min_length=1, max_length=64)]
 
 
 @router.get("/models", response_model=ModelsPublic, responses=answers(503))
-def models(pipeline: PipelineDep) -> ModelsPublic:
-    registry = pipeline.registry
+def models(registry: RegistryDep, reads: ReadsDep) -> ModelsPublic:
     rows = registry.versions()
     served: dict[str, list[ServingIntervalPublic]] = {}
     for interval in registry.serving_intervals():
@@ -37,7 +36,7 @@ def models(pipeline: PipelineDep) -> ModelsPublic:
             )
         )
     return ModelsPublic(
-        current=pipeline.serving.version,
+        current=reads.serving_version,
         versions=[VersionPublic(**row, serving=served.get(row["version"], [])) for row in rows],
         rollbacks=[RollbackPublic(**row) for row in registry.rollbacks()],
     )
@@ -49,11 +48,11 @@ def models(pipeline: PipelineDep) -> ModelsPublic:
     responses=answers(401, 403, 404, 409, 503),
 )
 async def rollback(
-    pipeline: PipelineDep, principal: PrincipalDep, version: VersionPath
+    swapper: SwapperDep, principal: PrincipalDep, version: VersionPath
 ) -> RollbackPublic:
     """Serve the earlier ``version`` again (admin); answered once it serves."""
     try:
-        record = await run_in_threadpool(pipeline.rollback, version, principal.name)
+        record = await run_in_threadpool(swapper.rollback, version, principal.name)
     except RollbackRefused as exc:
         raise HTTPException(exc.status, str(exc)) from exc
     return RollbackPublic(**record)

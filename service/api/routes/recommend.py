@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import PipelineDep
+from service.api.deps import RecommenderDep
 from service.api.limits import limit_recommend
 from service.api.schemas import RecommendationPublic, answers
 from service.ingest.validation import IDENTIFIER_PATTERN
@@ -31,14 +31,14 @@ router = APIRouter(tags=["serving"])
     dependencies=[Depends(limit_recommend)],
 )
 async def recommend(
-    pipeline: PipelineDep,
+    recommender: RecommenderDep,
     user_id: Annotated[str, Query(min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN)],
     k: Annotated[int, Query(ge=1, le=1000)] = 10,
 ) -> Response:
-    if pipeline.recommend_is_quick:
-        result = pipeline.recommend(user_id, k)
+    if recommender.is_quick:
+        result = recommender.recommend(user_id, k)
     else:  # every item of a large catalogue scored: keep the event loop free meanwhile
-        result = await run_in_threadpool(pipeline.recommend, user_id, k)
+        result = await run_in_threadpool(recommender.recommend, user_id, k)
     body = {
         "user_id": result.user_id,
         "items": [{"item_id": item, "score": score} for item, score in result.items],

@@ -1,0 +1,87 @@
+"""Read models: what the API and the dashboard read about the running stream.
+
+Routes and pages never reach into the stream's components: they read here, and each
+read takes a snapshot the owner publishes (the learner's counters and tracks, the
+monitor's unsaved heartbeats, the lifecycle's running job) or a row from the store.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from retrain.lifecycle import Retrainer
+from service.serving.registry import LoadedVersion, ModelRegistry
+from service.store import Database
+from service.store.alerts import list_heartbeats
+from service.stream.learner import Learner
+from service.stream.monitor import StreamMonitor
+from service.stream.trigger import RetrainTrigger
+
+
+class StreamReads:
+    """The stream's state as the API and the dashboard show it."""
+
+    def __init__(
+        self,
+        db: Database,
+        registry: ModelRegistry,
+        learner: Learner,
+        monitor: StreamMonitor,
+        trigger: RetrainTrigger,
+        retrainer: Retrainer,
+        *,
+        min_relative_rise: float,
+        budget_usd: float | None,
+    ) -> None:
+        self.db = db
+        self.registry = registry
+        self._learner = learner
+        self._monitor = monitor
+        self._trigger = trigger
+        self._retrainer = retrainer
+        self.min_relative_rise = min_relative_rise
+        self.budget_usd = budget_usd
+
+    @property
+    def serving_version(self) -> str | None:
+        return self._learner.serving.version
+
+    @property
+    def current(self) -> LoadedVersion | None:
+        return self._learner.current
+
+    @property
+    def labelled_seen(self) -> int:
+        return self._learner.labelled_seen
+
+    @property
+    def running_job_id(self) -> int | None:
+        return self._retrainer.active_job_id
+
+    def accuracy_summary(self) -> dict[str, dict[str, Any]]:
+        """Running RMSE, hit-rate@10 and NDCG@10 per track (``/healthz``, overview)."""
+        return self._learner.accuracy_summary()
+
+    def policy_status(self) -> dict[str, str]:
+        return self._trigger.policy_status()
+
+    def heartbeats(self, since_events: int = 0) -> list[dict]:
+        """Stored heartbeats and those waiting for the next write, oldest first.
+
+        A heartbeat committed between the two reads is in both; the store's copy wins.
+        """
+        pending = self._monitor.pending_heartbeats()
+        with self.db.connect() as conn:
+            stored = list_heartbeats(conn, since_events)
+        after = max([since_events, *(row["events_seen"] for row in stored[-1:])])
+        return stored + [row for row in pending if row["events_seen"] > after]
+
+    def alert_band(self) -> dict[str, float] | None:
+        """The band between the detector's reference RMSE and the RMSE that raises an
+        alert (None: the detector has no reference yet, or keeps none)."""
+        level = getattr(self._monitor.detector, "level", None)
+        if level is None:
+            return None
+        rise = self.min_relative_rise
+        return {"reference_rmse": math.sqrt(level), "alert_rmse": math.sqrt(level * (1 + rise))}

@@ -1,0 +1,69 @@
+"""The registry follower: a thread that looks for news at once when this process's
+retrainer publishes, and every ``REGISTRY_POLL_SECONDS`` for what other processes did.
+
+Each tick it may start a drift job that waited for the job before it; each look swaps in
+the registry's target and takes in the events other processes stored. A failed look is
+logged and the next one tries again: the loop ends only when stopped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+
+log = logging.getLogger(__name__)
+
+#: How often the loop wakes without a publication, seconds.
+TICK_S = 0.2
+
+
+class RegistryFollower:
+    """Runs ``on_tick`` every tick and each of ``looks`` when there may be news."""
+
+    def __init__(
+        self,
+        published: threading.Event,
+        on_tick: Callable[[], None],
+        looks: Sequence[Callable[[], object]],
+    ) -> None:
+        self.published = published
+        self.on_tick = on_tick
+        self.looks = list(looks)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self, every: float | None) -> None:
+        """Follow on a thread; ``every`` None: only this process's publications."""
+        if self._thread is not None:
+            return
+        self._stop.clear()
+        self._thread = threading.Thread(
+            target=self._run, args=(every,), name="registry-follower", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _run(self, every: float | None) -> None:
+        polled = time.monotonic()
+        while not self._stop.is_set():
+            self.published.wait(timeout=TICK_S)
+            try:
+                self.on_tick()
+            except Exception:  # the next tick tries again
+                log.exception("could not start the deferred drift job")
+            due = every is not None and time.monotonic() - polled >= every
+            if not (self.published.is_set() or due):
+                continue
+            polled = time.monotonic()
+            try:
+                for look in self.looks:
+                    look()
+            except Exception:  # a failed look must not end the loop; the next one may work
+                log.exception("could not check the registry or the events for news")

@@ -1,0 +1,223 @@
+"""The learner: test-then-train on every stored event, and the online state it owns.
+
+Every labelled event is predicted by the version serving at that moment before anything
+learns from it (prequential evaluation, ``docs/architecture.md`` "Data flow"); then it is
+folded into its user's vector and its item's bias. Beside the serving track runs the
+static track, the first version frozen without fold-in, so the gain of retraining and
+fold-in can be read live. The ranking sample, the rated items and the popular items are
+kept current on the same walk.
+
+Ownership: the learner is the one writer of its state. ``lock`` orders everything that
+adds events to it: the ingest path holds it from storing a batch to learning it (so the
+store and the learnt state agree on which events are in), and a swap holds it while it
+folds in the last events and installs the next serving state. Readers (``/recommend``)
+take the published snapshots (``serving.view``, ``history``, ``popular``) without it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from drift import PrequentialTracker
+from functions.mf import BiasedMF
+from service.metrics import Metrics
+from service.serving.history import RatedItems
+from service.serving.model import ServingModel
+from service.serving.popular import PopularItems
+from service.serving.registry import LoadedVersion
+from service.store import Database
+from service.store.events import (
+    NewEvent,
+    count_events,
+    labelled_events,
+    max_event_id,
+    pairs_after,
+    recent_pairs,
+)
+from service.stream.ranking import PrequentialRanking
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """What test-then-train found on one batch's labelled events, for the monitor.
+
+    ``labelled_before`` is how many labelled events the learner had seen before the
+    batch; ``version`` is the serving version that predicted them and ``serving``
+    whether any version serves (before the first, the monitor raises no alerts).
+    """
+
+    users: list[str]
+    items: list[str]
+    squared_errors: np.ndarray
+    static_squared_errors: np.ndarray
+    labelled_before: int
+    labelled_seen: int
+    version: str | None
+    serving: bool
+
+    @property
+    def empty(self) -> bool:
+        return not self.users
+
+
+class Learner:
+    """Test-then-train over stored events; owns the serving state and the tracks."""
+
+    def __init__(
+        self,
+        db: Database,
+        metrics: Metrics,
+        serving: ServingModel,
+        ranking: PrequentialRanking,
+        history: RatedItems,
+        *,
+        popular_window: int,
+        history_pairs: int | None,
+        rating_range: tuple[float, float],
+    ) -> None:
+        self.db = db
+        self.metrics = metrics
+        self.serving = serving
+        self.ranking = ranking
+        self.history = history
+        self.popular = PopularItems(popular_window)
+        self.popular_window = popular_window
+        self.history_pairs = history_pairs
+        self.rating_range = rating_range
+        #: The version serving now (None before the first), installed with ``serving``.
+        self.current: LoadedVersion | None = None
+        #: The never-retrained baseline: the first version, frozen, without fold-in.
+        self.static: BiasedMF | None = None
+        self.tracker = PrequentialTracker()
+        self.labelled_seen = 0
+        #: ``labelled_seen`` when the serving version was installed.
+        self.seen_at_swap = 0
+        self.lock = threading.Lock()
+        #: The newest event id the history and popular items have seen, and how many
+        #: events this process stored since: ``follow_events`` reads the store only when
+        #: other processes stored events too.
+        self._synced_event_id = 0
+        self._stored_since_sync = 0
+
+    # -- start-up ---------------------------------------------------------------------
+    def restore(self, static: BiasedMF | None) -> None:
+        """Counters, rated items and popular items from the store after a restart.
+
+        Every stored labelled event was evaluated right after its commit, so the count
+        of labelled events carries on from the stored count.
+        """
+        self.static = static
+        with self.db.connect() as conn:
+            self.labelled_seen = count_events(conn, labelled_only=True)
+            self._synced_event_id = max_event_id(conn)
+            self.history.add(*recent_pairs(conn, self.history_pairs))
+            self.popular.add(*recent_pairs(conn, self.popular_window))
+
+    def replay_all(self) -> None:
+        """Fold in every stored labelled event (a restart with no version yet)."""
+        with self.db.connect() as conn:
+            replay = labelled_events(conn)
+        self.serving.learn(replay.user_ids, replay.item_ids, replay.ratings)
+
+    # -- the ingest path (under ``lock``) --------------------------------------------
+    def learn(self, stored: Sequence[NewEvent]) -> Evaluation:
+        """Evaluate then learn the newly stored events; rated and popular items too."""
+        evaluation = self._evaluate_and_learn(stored)
+        self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
+        self._stored_since_sync += len(stored)
+        return evaluation
+
+    def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> Evaluation:
+        view = self.serving.view  # the items as the batch found them, for ranking
+        labelled = [e for e in stored if e.rating is not None]
+        before = self.labelled_seen
+        if not labelled:
+            self.ranking.rank(stored, view, self.static)
+            nothing = np.empty(0)
+            return Evaluation([], [], nothing, nothing, before, before, view.version, False)
+        users = [e.user_id for e in labelled]
+        items = [e.item_id for e in labelled]
+        ratings = np.fromiter((e.rating for e in labelled), dtype=np.float64, count=len(labelled))
+        predicted, vectors = self.serving.predict_then_learn_vectors(users, items, ratings)
+        self.ranking.rank(stored, view, self.static, vectors)
+        static = self._static_predict(users, items, predicted)
+        self.tracker.record("driftline", ratings, predicted)
+        self.tracker.record("static", ratings, static)
+        self.labelled_seen += len(labelled)
+        self.metrics.labelled_events.inc(len(labelled))
+        return Evaluation(
+            users,
+            items,
+            (ratings - predicted) ** 2,
+            (ratings - static) ** 2,
+            before,
+            self.labelled_seen,
+            self.serving.version,
+            self.current is not None,
+        )
+
+    def _static_predict(self, users: list[str], items: list[str], live: np.ndarray) -> np.ndarray:
+        """The static track's predictions; until a first version exists both tracks
+        are the same predictor."""
+        if self.static is None:
+            return live
+        return self.static.predict(users, items, clip=self.rating_range)
+
+    # -- versions (under ``lock``) ------------------------------------------------------
+    def install(self, serving: ServingModel, loaded: LoadedVersion) -> None:
+        """Serve ``serving`` (built for ``loaded``) from now on; the first version
+        installed becomes the static track's model."""
+        self.serving = serving
+        self.current = loaded
+        self.seen_at_swap = self.labelled_seen
+        if self.static is None:
+            self.static = loaded.model
+
+    @property
+    def labelled_since_swap(self) -> int | None:
+        """Labelled events learnt since the serving version came in (None: none serves)."""
+        return None if self.current is None else self.labelled_seen - self.seen_at_swap
+
+    # -- other processes' events ------------------------------------------------------
+    def follow_events(self) -> bool:
+        """Take in the events other processes (Kafka consume replicas) stored since the
+        last look: their users' rated items join the history, and the popular items are
+        recounted from the store. Returns whether there were any.
+
+        Under ``lock``, so that the count of this process's own events since the last
+        look is exact.
+        """
+        with self.lock:
+            with self.db.connect() as conn:
+                newest = max_event_id(conn)
+                foreign = newest - self._synced_event_id > self._stored_since_sync
+                if foreign:
+                    users, items = pairs_after(conn, self._synced_event_id, self.history_pairs)
+                    window = recent_pairs(conn, self.popular_window)
+            self._synced_event_id, self._stored_since_sync = newest, 0
+            if not foreign:
+                return False
+            self.history.add(users, items)
+            popular = PopularItems(self.popular_window)
+            popular.add(*window)
+            self.popular = popular
+        return True
+
+    # -- reads ----------------------------------------------------------------------------
+    def accuracy_summary(self) -> dict[str, dict[str, Any]]:
+        """Running RMSE and, beside it, hit-rate@10 and NDCG@10 per track."""
+        ranking = self.ranking.tracker
+        return {
+            track: {
+                **stats,
+                "hit_rate": ranking.hit_rate(track),
+                "ndcg": ranking.ndcg(track),
+                "ranked_events": ranking.count(track),
+            }
+            for track, stats in self.tracker.summary().items()
+        }

@@ -1,0 +1,358 @@
+"""The stream monitor: heartbeats, the drift detector, alerts and their segments.
+
+The learner's squared errors are grouped into heartbeats (``HEARTBEAT_EVENTS``); the
+detector (``DRIFT_DETECTOR``) watches the heartbeat RMSE and raises an alert when it
+rises for good. An alert is stored with where its rise comes from (new or returning
+users, head or tail items) and with the id of the last event before its change, which
+a drift job trains after. Heartbeats, alerts and the detector's state are written in
+one transaction per batch that closes a heartbeat, so a crash loses none of them.
+
+Ownership: the monitor is called by the ingest path only, under the learner's lock;
+``pending_heartbeats`` may be read from any thread.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from drift import DriftAlert, DriftDetector, Heartbeat, HeartbeatAggregator, user_key
+from drift.segments import SegmentBuffer
+from service.alerting import Notifier, drift_notice
+from service.livefeed import EventBuffer
+from service.metrics import Metrics
+from service.store import Database
+from service.store.alerts import add_alert, add_heartbeats, update_alert_segments
+from service.store.events import labelled_id_from_end
+from service.store.monitor import load_monitor_state, save_monitor_state
+from service.stream.learner import Evaluation
+from service.stream.ranking import PrequentialRanking
+
+log = logging.getLogger(__name__)
+
+#: Heartbeat flushes after an alert during which its segments are computed again: an
+#: alert raised soon after a change has few events per user behind its top movers; a
+#: few heartbeats later they stand on several times more.
+SEGMENT_REFRESHES = 5
+
+
+@dataclass(frozen=True)
+class RaisedAlert:
+    """A stored drift alert and the id of the last event before its change (None:
+    the detector gave no change point)."""
+
+    alert_id: int
+    change_after_id: int | None
+
+
+class StreamMonitor:
+    """Heartbeats and drift alerts over the learner's prequential errors."""
+
+    def __init__(
+        self,
+        db: Database,
+        metrics: Metrics,
+        detector: DriftDetector,
+        aggregator: HeartbeatAggregator,
+        ranking: PrequentialRanking,
+        notifier: Notifier,
+        feed: EventBuffer,
+        *,
+        detector_name: str,
+        state_key: int,
+    ) -> None:
+        self.db = db
+        self.metrics = metrics
+        #: The drift detector (``drift.make_detector``): ``update``, ``on_swap``,
+        #: ``state``, ``restore``, ``reset``.
+        self.detector = detector
+        self.aggregator = aggregator
+        self.ranking = ranking
+        self.notifier = notifier
+        self.feed = feed
+        self.detector_name = detector_name
+        #: Row of the saved state (one per Kafka replica).
+        self.state_key = state_key
+        #: Recent events and their errors, to say where an alert's rise comes from.
+        self.segments = SegmentBuffer()
+        #: Labelled events counted before the aggregator's start: the detector counts
+        #: from there, the service from the first stored event.
+        self.events_offset = 0
+        #: The serving version's heartbeats are labelled with (the newest batch's).
+        self.version: str | None = None
+        self._static_pending = np.empty(0)
+        self._unsaved: list[dict] = []
+        self._unsaved_lock = threading.Lock()
+        #: Alert id → (its change, refreshes left): see ``_refresh_segments``.
+        self._segment_refreshes: dict[int, tuple[int, int]] = {}
+
+    # -- the ingest path --------------------------------------------------------------
+    def observe(self, evaluation: Evaluation) -> list[RaisedAlert]:
+        """Record a batch's errors; store the heartbeats it closed and any alert."""
+        if evaluation.empty:
+            return []
+        self.version = evaluation.version
+        errors = evaluation.squared_errors
+        self._static_pending = np.concatenate(
+            [self._static_pending, evaluation.static_squared_errors]
+        )
+        keys = np.fromiter(
+            (user_key(user) for user in evaluation.users), dtype=np.uint16, count=len(errors)
+        )
+        heartbeats = self.aggregator.add(errors, keys)
+        self.segments.record(
+            evaluation.users, evaluation.items, errors, after=evaluation.labelled_before
+        )
+        return self._record_heartbeats(heartbeats, evaluation)
+
+    def _record_heartbeats(
+        self, heartbeats: list[Heartbeat], evaluation: Evaluation
+    ) -> list[RaisedAlert]:
+        if not heartbeats:
+            return []
+        alerts = []
+        for beat in heartbeats:
+            static_sq, self._static_pending = (
+                self._static_pending[: beat.events],
+                self._static_pending[beat.events :],
+            )
+            row = self._heartbeat_row(beat, float(np.sqrt(static_sq.mean())))
+            row.update(self._ranking_row(beat.events))
+            with self._unsaved_lock:
+                self._unsaved.append(row)
+            self.feed.publish("heartbeat", {"id": None, **row})
+            alert = self.detector.update(beat) if evaluation.serving else None
+            if alert is not None:
+                alerts.append(alert)
+        # One commit per batch that closes a heartbeat: waiting for the next batch would
+        # lose the newest heartbeats to a crash, and in a drift they are the evidence.
+        try:
+            return self.flush(alerts, labelled_seen=evaluation.labelled_seen)
+        except SQLAlchemyError:
+            log.exception(
+                "could not store %d heartbeat(s) and %d drift alert(s) after a committed batch",
+                len(self._unsaved),
+                len(alerts),
+            )
+            return []
+
+    def flush(
+        self, alerts: Sequence[DriftAlert] = (), *, labelled_seen: int = 0
+    ) -> list[RaisedAlert]:
+        """Write the heartbeats not yet saved, the detector's state and ``alerts``.
+
+        ``labelled_seen`` (the learner's count, the newest event's position) places the
+        alerts' change points among the stored events.
+        """
+        with self.db.begin() as conn:
+            self.write_unsaved(conn, snapshot_always=True)
+            self._refresh_segments(conn)
+            raised = [self._store_alert(conn, alert, labelled_seen) for alert in alerts]
+        self.mark_saved()
+        for found, alert in zip(raised, alerts, strict=True):
+            self.feed.publish(
+                "alert",
+                {
+                    "id": found.alert_id,
+                    "events_seen": self.events_offset + alert.events_seen,
+                    "before": alert.before,
+                    "after": alert.after,
+                    "detector": alert.detector or self.detector_name,
+                    "metric": alert.metric,
+                },
+            )
+        return raised
+
+    def write_unsaved(self, conn: Connection, *, snapshot_always: bool = False) -> None:
+        """Write the unsaved heartbeats and, with them, the monitor's state, in ``conn``.
+
+        A batch's transaction writes only heartbeats left over by a failed write (the
+        state changes only when heartbeats close); ``flush`` always snapshots, so a
+        clean shutdown keeps the partial heartbeat exactly.
+        """
+        with self._unsaved_lock:
+            rows = list(self._unsaved)
+        if not (rows or snapshot_always):
+            return
+        add_heartbeats(conn, rows)
+        snapshot = {
+            "detector": self.detector_name,
+            "monitor": self.detector.state(),
+            "aggregator": self.aggregator.state(),
+            "static_pending": self._static_pending.tolist(),
+            "ranking_pending": self.ranking.pending_state(),
+        }
+        save_monitor_state(conn, self.state_key, self.version, snapshot)
+
+    def mark_saved(self) -> None:
+        """The heartbeats ``write_unsaved`` wrote are committed."""
+        with self._unsaved_lock:
+            self._unsaved = []
+
+    def pending_heartbeats(self) -> list[dict]:
+        """Copies of the heartbeats not written yet, oldest first."""
+        with self._unsaved_lock:
+            return [dict(row) for row in self._unsaved]
+
+    # -- versions ---------------------------------------------------------------------
+    def on_swap(self, version: str | None, continues_regime: bool) -> None:
+        """A new version serves: the detector keeps its reference only when the version
+        continues the regime the serving one saw (a scheduled refresh)."""
+        self.version = version
+        self.detector.on_swap(continues_regime)
+
+    def restore(self, version: str | None) -> None:
+        """Carry on detecting where the previous process stopped, if it served the same
+        ``version`` (a swap restarts the detector anyway).
+
+        The aggregator's pending errors come back too; the events they cover are already
+        counted in the stored events, so the offset steps back by as many. A snapshot of
+        another detector (``DRIFT_DETECTOR`` changed) or one that does not fit the
+        settings (``HEARTBEAT_EVENTS`` changed) is ignored: monitoring starts afresh, as
+        after a swap, rather than the service refusing to start.
+        """
+        self.version = version
+        with self.db.connect() as conn:
+            saved = load_monitor_state(conn, self.state_key)
+        if saved is None or saved["model_version"] != version:
+            return
+        state = saved["state"]
+        if state.get("detector") != self.detector_name:
+            log.info("drift monitor starts afresh: the saved state is another detector's")
+            return
+        try:
+            pending = state["aggregator"]
+            static_pending = np.asarray(state["static_pending"], dtype=np.float64).reshape(-1)
+            if static_pending.size != int(pending["pending_count"]):
+                raise ValueError("static_pending does not match the pending heartbeat")
+            self.detector.restore(state["monitor"])
+            # events_seen counts from the offset; the heartbeat index carries on.
+            self.aggregator.restore({**pending, "events_seen": 0})
+        except (KeyError, TypeError, ValueError):
+            log.warning("drift monitor starts afresh: saved state unusable", exc_info=True)
+            self.detector.reset()
+            return
+        self.events_offset -= static_pending.size
+        self._static_pending = static_pending
+        self.ranking.restore_pending(state.get("ranking_pending"), static_pending.size)
+        log.info("drift monitor restored from %s", saved["model_version"])
+
+    # -- rows ---------------------------------------------------------------------------
+    def _heartbeat_row(self, beat: Heartbeat, static_rmse: float) -> dict:
+        self.metrics.prequential_rmse.labels(model="driftline").set(beat.rmse)
+        self.metrics.prequential_rmse.labels(model="static").set(static_rmse)
+        return {
+            "at": time.time(),
+            "events_seen": self.events_offset + beat.events_seen,
+            "events": beat.events,
+            "rmse": beat.rmse,
+            "static_rmse": static_rmse,
+            "model_version": self.version,
+        }
+
+    def _ranking_row(self, events: int) -> dict:
+        """The heartbeat's ranking figures; the gauges keep the newest that ranked any."""
+        figures = self.ranking.take(events)
+        for model, prefix in (("driftline", ""), ("static", "static_")):
+            if figures[f"{prefix}hit_rate"] is not None:
+                self.metrics.prequential_hit_rate.labels(model=model).set(
+                    figures[f"{prefix}hit_rate"]
+                )
+                self.metrics.prequential_ndcg.labels(model=model).set(figures[f"{prefix}ndcg"])
+        return figures
+
+    # -- alerts -------------------------------------------------------------------------
+    def _store_alert(self, conn: Connection, alert: DriftAlert, labelled_seen: int) -> RaisedAlert:
+        """Store ``alert`` with where its rise comes from, and find where its change
+        began for the drift job the trigger may start.
+
+        The detector counts events from the aggregator's start; ``events_offset`` makes
+        that the service's count of labelled events, the one the segment buffer's
+        positions and the learner use.
+        """
+        self.metrics.drift_alerts.inc()
+        events_seen = self.events_offset + alert.events_seen
+        log.warning(
+            "drift: %s %.4f -> %.4f after %d events",
+            alert.metric,
+            alert.before,
+            alert.after,
+            events_seen,
+        )
+        change = None if alert.change_events is None else self.events_offset + alert.change_events
+        report = None if change is None else self.segments.report(change)
+        alert_id = add_alert(
+            conn,
+            metric=alert.metric,
+            before=alert.before,
+            after=alert.after,
+            events_seen=events_seen,
+            model_version=self.version,
+            detector=alert.detector or self.detector_name,
+            change_events=change,
+            segments=report,
+        )
+        self._export_segments(report)
+        self.notifier.notify(
+            drift_notice(
+                alert_id,
+                metric=alert.metric,
+                before=alert.before,
+                after=alert.after,
+                events_seen=events_seen,
+                model=self.version,
+            )
+        )
+        if change is None:
+            return RaisedAlert(alert_id, None)
+        self._segment_refreshes[alert_id] = (change, SEGMENT_REFRESHES)
+        return RaisedAlert(alert_id, _change_event_id(conn, change, labelled_seen))
+
+    def _refresh_segments(self, conn: Connection) -> None:
+        """Compute the segments of recent alerts again, on the events since their change
+        (``SEGMENT_REFRESHES`` times each)."""
+        for alert_id, (change, left) in list(self._segment_refreshes.items()):
+            report = self.segments.report(change)
+            update_alert_segments(conn, alert_id, report)
+            self._export_segments(report)
+            if left > 1:
+                self._segment_refreshes[alert_id] = (change, left - 1)
+            else:
+                del self._segment_refreshes[alert_id]
+
+    def _export_segments(self, report: dict[str, Any] | None) -> None:
+        """The newest alert's split of the rise, per segment, for Prometheus."""
+        if report is None:
+            return
+        for side, segment in (
+            ("users", "new"),
+            ("users", "returning"),
+            ("items", "head"),
+            ("items", "tail"),
+        ):
+            share = report[side][segment].get("share_of_rise")
+            if share is not None:
+                self.metrics.drift_segment_share.labels(f"{segment}_{side}").set(share)
+
+
+def _change_event_id(conn: Connection, change: int, labelled_seen: int) -> int:
+    """Id of the ``change``-th labelled event, the last before the change (0: none).
+
+    Every stored labelled event has been evaluated, in id order, so the store holds
+    ``labelled_seen`` of them and the one wanted is ``labelled_seen - change`` back from
+    the newest: a short walk down the index, however long the history. (Where several
+    consumer replicas share the store, each counts its own events and the id found is
+    that much later than the change.)
+    """
+    if change <= 0:
+        return 0
+    found = labelled_id_from_end(conn, max(0, labelled_seen - change))
+    return 0 if found is None else found

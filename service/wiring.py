@@ -1,0 +1,315 @@
+"""The composition root: every component of a Driftline process, built in one place.
+
+``build_driftline`` turns settings into the components, each handed what it needs, in
+the streaming order: the event writer, the learner, the stream monitor, the retrain
+trigger, then the serving side (the version swapper, its registry follower, the
+recommender) and the read models. ``Driftline`` holds them for ``serve``, ``consume``,
+the benchmarks and the tests, and passes an ingested batch along the path.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
+
+from drift import DriftDetector, HeartbeatAggregator, RankingSampler, make_detector
+from functions.objectstore import open_object_store
+from retrain import TriggerPolicy
+from retrain.lifecycle import Retrainer
+from retrain.policies import make_policy
+from service.alerting import Notifier, make_notifier
+from service.livefeed import EventBuffer
+from service.metrics import Metrics
+from service.reads import StreamReads
+from service.retraining import build_retrainer
+from service.rollout.follower import RegistryFollower
+from service.rollout.swapper import VersionSwapper
+from service.serving.builder import FoldInOptions, ServingBuilder
+from service.serving.history import RatedItems
+from service.serving.index import IndexOptions
+from service.serving.recommender import Recommender
+from service.serving.registry import ModelRegistry
+from service.settings import Settings
+from service.store import Database
+from service.store.events import IngestOutcome, NewEvent
+from service.stream.learner import Learner
+from service.stream.monitor import StreamMonitor
+from service.stream.ranking import PrequentialRanking
+from service.stream.trigger import RetrainTrigger
+from service.stream.writer import EventWriter
+
+log = logging.getLogger(__name__)
+
+#: Seconds a stopping service waits in all, for its Kafka consumer's batch and then a
+#: running retraining job to finish and publish, before it exits without them (the
+#: job's events are stored; a later trigger retrains on them). A supervisor's stop
+#: timeout must allow this plus a flush.
+RETRAIN_SHUTDOWN_GRACE_S = 30.0
+
+
+@dataclass
+class Driftline:
+    """One process's components, and the path an ingested batch takes through them."""
+
+    settings: Settings
+    db: Database
+    registry: ModelRegistry
+    metrics: Metrics
+    notifier: Notifier
+    feed: EventBuffer
+    retrainer: Retrainer
+    writer: EventWriter
+    learner: Learner
+    monitor: StreamMonitor
+    trigger: RetrainTrigger
+    swapper: VersionSwapper
+    follower: RegistryFollower
+    recommender: Recommender
+    reads: StreamReads
+    #: Whether jobs run on threads of their own (the service) or inline (benchmarks).
+    background_retrain: bool = True
+
+    # -- the ingest path ----------------------------------------------------------------
+    def ingest(
+        self,
+        batch: Sequence[NewEvent],
+        also_write: Callable[[Connection], None] | None = None,
+    ) -> IngestOutcome:
+        """Store ``batch`` atomically, then evaluate and learn from the new events.
+
+        The batch is durable before this returns; evaluation happens after the commit,
+        so a failure there can never lose an acknowledged event. Heartbeats the batch
+        closed are written at once with the monitor's state (and any alert); if that
+        write fails they ride along with the next batch's transaction. ``also_write``
+        runs inside the batch's transaction (the Kafka consumer records its offsets).
+        """
+        writes = [w for w in (also_write, self.monitor.write_unsaved) if w is not None]
+        with self.learner.lock:
+            outcome = self.writer.store(batch, *writes)
+            self.monitor.mark_saved()
+            evaluation = self.learner.learn(outcome.stored)
+            alerts = self.monitor.observe(evaluation)
+            self.trigger.observe_events(len(evaluation.users))
+        self.writer.count(outcome)
+        try:
+            self.trigger.after_batch(alerts)
+        except SQLAlchemyError:
+            # The batch is committed; answering with an error would invite a retry of
+            # data already stored. The next alert or progress check triggers again.
+            log.exception("could not start a retraining job; the ingested batch is stored")
+        self._serve_inline_publication()
+        return outcome
+
+    def retrain_now(self, trigger: str = "manual") -> int:
+        """Start a job by hand from the serving version; ``JobAlreadyRunning`` if one runs."""
+        job_id = self.trigger.retrain_now(trigger)
+        self._serve_inline_publication()
+        return job_id
+
+    def _serve_inline_publication(self) -> None:
+        """A job that ran inline published: serve its version now."""
+        if not self.background_retrain and self.retrainer.published.is_set():
+            self.swapper.follow_registry()
+
+    # -- life cycle ----------------------------------------------------------------------
+    def restore(self) -> None:
+        """Resume after a restart: newest verified version, fold-in replayed, the
+        monitor where it stopped, interrupted jobs resumed."""
+        oldest = self.registry.oldest_loadable()
+        self.learner.restore(oldest.model if oldest else None)
+        self.monitor.events_offset = self.learner.labelled_seen
+        newest = self.registry.target_loadable()
+        if newest is not None:
+            self.swapper.swap(newest)
+            self.monitor.restore(self.learner.serving.version)
+        else:
+            self.learner.replay_all()
+        self.retrainer.resume_interrupted()
+        self._serve_inline_publication()
+
+    def start(self) -> None:
+        """Start notifications and the registry follower (``REGISTRY_POLL_SECONDS``)."""
+        self.notifier.start()
+        self.follower.start(self.settings.registry_poll_seconds)
+
+    def shut_down(self, grace_s: float = RETRAIN_SHUTDOWN_GRACE_S) -> None:
+        """Stop once nothing feeds it any more: a running job gets ``grace_s`` to
+        publish, the heartbeats not yet saved are written, the workers' processes stop
+        and notifications stop.
+
+        The heartbeats are written before the runtimes close: closing waits for the
+        invocations in flight, which a job past its grace still has, and a supervisor
+        kills the process when its stop timeout runs out.
+        """
+        self.follower.stop()
+        self.retrainer.wait(timeout=max(0.0, grace_s))
+        self.monitor.flush()
+        self.retrainer.close()
+        self.notifier.stop()
+
+
+def build_driftline(
+    settings: Settings, *, background_retrain: bool = True, metrics: Metrics | None = None
+) -> Driftline:
+    """Every component from ``settings``, restored from what is stored."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    db = Database(settings.resolved_database_url)
+    registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
+    driftline = assemble(settings, db, registry, metrics or Metrics(), background_retrain)
+    driftline.restore()
+    return driftline
+
+
+def assemble(
+    settings: Settings,
+    db: Database,
+    registry: ModelRegistry,
+    metrics: Metrics,
+    background_retrain: bool,
+) -> Driftline:
+    """The components wired together, before anything is read from the store."""
+    notifier = make_notifier(settings, metrics)
+    feed = EventBuffer()
+    retrainer = build_retrainer(
+        settings,
+        db,
+        registry,
+        metrics,
+        background=background_retrain,
+        notifier=notifier,
+        events=feed,
+    )
+    builder = ServingBuilder(db, _fold_in_options(settings), _index_options(settings))
+    history = RatedItems(settings.serving_history_pairs)
+    ranking = PrequentialRanking(
+        RankingSampler(settings.ranking_sample, settings.ranking_min_rating), history
+    )
+    learner = Learner(
+        db,
+        metrics,
+        builder.empty(),
+        ranking,
+        history,
+        popular_window=settings.popular_window,
+        history_pairs=settings.serving_history_pairs,
+        rating_range=(settings.rating_min, settings.rating_max),
+    )
+    monitor = StreamMonitor(
+        db,
+        metrics,
+        _detector(settings),
+        HeartbeatAggregator(settings.heartbeat_events, settings.heartbeat_seconds),
+        ranking,
+        notifier,
+        feed,
+        detector_name=settings.drift_detector,
+        state_key=settings.kafka_replica,
+    )
+    swapper = VersionSwapper(
+        db,
+        registry,
+        builder,
+        learner,
+        monitor,
+        retrainer,
+        metrics,
+        feed,
+        retention_versions=settings.retention_versions,
+    )
+    trigger = RetrainTrigger(
+        db,
+        registry,
+        _policy(settings),
+        retrainer,
+        learner,
+        enabled=settings.retrain_enabled,
+        drift_preempts_jobs=settings.drift_preempts_jobs,
+        swap_in_progress=swapper.is_swapping,
+    )
+    swapper.after_swap.append(trigger.observe_job)
+    follower = RegistryFollower(
+        retrainer.published,
+        on_tick=trigger.start_deferred_drift,
+        looks=[swapper.follow_registry, learner.follow_events],
+    )
+    reads = StreamReads(
+        db,
+        registry,
+        learner,
+        monitor,
+        trigger,
+        retrainer,
+        min_relative_rise=settings.min_relative_drop,
+        budget_usd=settings.retrain_budget_usd,
+    )
+    return Driftline(
+        settings=settings,
+        db=db,
+        registry=registry,
+        metrics=metrics,
+        notifier=notifier,
+        feed=feed,
+        retrainer=retrainer,
+        writer=EventWriter(db, metrics),
+        learner=learner,
+        monitor=monitor,
+        trigger=trigger,
+        swapper=swapper,
+        follower=follower,
+        recommender=Recommender(learner, settings.serving_ann_min_items),
+        reads=reads,
+        background_retrain=background_retrain,
+    )
+
+
+def _detector(settings: Settings) -> DriftDetector:
+    return make_detector(
+        settings.drift_detector,
+        delta=settings.adwin_delta,
+        min_relative_drop=settings.min_relative_drop,
+        min_heartbeats=settings.min_heartbeats,
+        rating_range=(settings.rating_min, settings.rating_max),
+    )
+
+
+def _policy(settings: Settings) -> TriggerPolicy:
+    return make_policy(
+        settings.retrain_policy,
+        bootstrap_events=settings.bootstrap_events,
+        refresh_events=settings.refresh_events,
+        interval_s=settings.retrain_interval_s,
+        weight=settings.continuum_weight,
+        every_events=settings.periodic_events,
+    )
+
+
+def _fold_in_options(settings: Settings) -> FoldInOptions:
+    return FoldInOptions(
+        regularization=settings.fold_in_regularization,
+        bias_regularization=settings.fold_in_bias_regularization,
+        item_bias_regularization=settings.fold_in_item_bias_regularization,
+        ranking_item_bias_regularization=settings.ranking_item_bias_regularization,
+        scale_regularization=settings.fold_in_scale_regularization,
+        forgetting=settings.fold_in_forgetting,
+        rating_range=(settings.rating_min, settings.rating_max),
+        max_users=settings.serving_max_users,
+        max_items=settings.serving_max_items,
+        cached_answers=settings.serving_cached_answers,
+        answer_max_age_s=settings.serving_answer_max_age_s,
+        replay_events=settings.fold_in_replay_events,
+    )
+
+
+def _index_options(settings: Settings) -> IndexOptions:
+    return IndexOptions(
+        settings.serving_index,
+        settings.serving_ann_min_items,
+        settings.serving_ann_probes,
+        settings.serving_ann_kept_variance,
+        seed=settings.seed or 0,
+        codes=settings.serving_ann_codes,
+    )
