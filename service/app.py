@@ -49,12 +49,11 @@ log = logging.getLogger(__name__)
 def _freeze_startup_objects() -> None:
     """Take what start-up built out of the garbage collector's reach.
 
-    Imports (river, SQLAlchemy, FastAPI), settings, the pipeline and the serving
-    version, about 200,000 tracked objects, live as long as the process, yet every full
-    collection walked them all again: at 2,000 ingested events/s those collections
-    paused every request for 90–220 ms, several times a minute (timed with
-    ``gc.callbacks``; BENCHMARKS.md "serve"). ``gc.freeze`` moves them to a permanent
-    generation, so a full collection walks only what was allocated since (6–40 ms).
+    Imports (river, SQLAlchemy, FastAPI), settings, the components and the serving
+    version, hundreds of thousands of tracked objects, live as long as the process, yet
+    every full collection would walk them all again and pause every request meanwhile
+    (BENCHMARKS.md "serve"). ``gc.freeze`` moves them to a permanent generation, so a
+    full collection walks only what was allocated since.
     """
     gc.collect()
     gc.freeze()

@@ -283,7 +283,7 @@ def serve(settings: Settings) -> None:
 
 
 def consume(settings: Settings) -> None:
-    """Consume Kafka into the event store (and the pipeline) without serving HTTP."""
+    """Consume Kafka into the event store (and the stream components) without serving HTTP."""
     import signal
 
     from service.app import consumer_for

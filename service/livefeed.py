@@ -1,6 +1,6 @@
 """The live feed: a ring buffer of recent heartbeats, alerts, jobs and swaps for the dashboard.
 
-The pipeline must never wait on a browser: ``publish`` appends under a short lock and
+Publishers must never wait on a browser: ``publish`` appends under a short lock and
 returns, the oldest events fall off the end, and readers copy what they need under the
 same lock. Every event gets an increasing id, so a browser that reconnects with
 ``Last-Event-ID`` resumes where it stopped; an id older than the buffer means the

@@ -19,7 +19,7 @@
    ANN index on a synthetic catalogue, over HTTP, with recall@10.
 
 Figures are ratios and percentiles from one run; absolute numbers on a shared 2-core
-machine are noise (DESIGN.md §6).
+machine are noise (BENCHMARKS.md).
 """
 
 from __future__ import annotations

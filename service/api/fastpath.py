@@ -1,10 +1,10 @@
 """``GET /recommend`` answered without FastAPI's per-request machinery, when it is safe to.
 
-Measured in-process on MovieLens (``driftline bench serve``, BENCHMARKS.md), FastAPI's
-routing and dependency resolution cost about three times what the recommendation itself
-does: solving the route's dependencies, validating its query parameters through
-pydantic and building the request object. This middleware answers the requests the
-route would accept, the overwhelming majority, directly from the ASGI scope:
+FastAPI's routing and dependency resolution (solving the route's dependencies,
+validating its query parameters through pydantic, building the request object) cost
+several times what the recommendation itself does (BENCHMARKS.md "serve"). This
+middleware answers the requests the route would accept, the overwhelming majority,
+directly from the ASGI scope:
 
 * the method is GET, the path ``/recommend``, ``user_id`` and ``k`` are valid by the
   route's own rules (``k`` written as plain digits);
@@ -15,10 +15,8 @@ route would accept, the overwhelming majority, directly from the ASGI scope:
 When an item index serves the version (``SERVING_INDEX``), the recommendation itself is
 computed on a thread of its own, many requests at a time (``service.api.batching``):
 faiss releases the interpreter while it searches, so the event loop parses and answers
-other requests on the second core meanwhile. On the benchmark's million-item catalogue
-that served 2,340 requests/s before and 2,790-2,880 after at 32 connections
-(BENCHMARKS.md "serve"). Scoring MovieLens' whole catalogue takes about 50 µs, less
-than the hand-over would, so it stays on the loop.
+other requests on the second core meanwhile. Scoring a small catalogue whole costs
+less than the hand-over would, so it stays on the loop.
 
 Anything else, a missing or wrong key, a dashboard session cookie, a malformed
 parameter, a large catalogue scored exactly, goes on to the FastAPI route unchanged,
@@ -112,8 +110,8 @@ class RecommendFastPath:
         """``recommender.recommend``, on the search thread when an item index serves it.
 
         One thread: requests are the loop's to interleave, and a second searcher would
-        only compete with it for the two cores this was measured on. ``recommend``
-        reads published snapshots only, so it is safe off the loop.
+        only compete with it for the cores. ``recommend`` reads published snapshots
+        only, so it is safe off the loop.
         """
         if not recommender.searches_index:
             return recommender.recommend(user_id, k)

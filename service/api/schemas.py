@@ -1,4 +1,4 @@
-"""Request and response models of the HTTP API (DESIGN.md §3)."""
+"""Request and response models of the HTTP API (docs/api.md)."""
 
 from __future__ import annotations
 

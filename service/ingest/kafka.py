@@ -1,8 +1,8 @@
 """Exactly-once consumption from Kafka into the event store.
 
-The consumer uses explicit partition assignment (``assign``; consumer groups are not
-needed and the embedded broker's group protocol does not work with kafka-python, see
-DESIGN.md §7). Each replica takes the partitions ``p`` with ``p % replicas == replica``.
+The consumer uses explicit partition assignment (``assign``): the embedded broker's
+group protocol does not work with kafka-python (docs/operations.md). Each replica takes
+the partitions ``p`` with ``p % replicas == replica``.
 The next offset of every partition is stored in the event store in the same
 transaction as the events its messages carried, so after any crash the consumer
 resumes exactly where the store left off. A message without an ``event_id`` gets

@@ -27,7 +27,7 @@ squares with a forgetting factor (Haykin, Adaptive Filter Theory) gives the disc
 Koren (2009), "Collaborative filtering with temporal dynamics", scales the item bias per
 user (c_u) because users weigh an item's general appeal differently.
 
-Concurrency: one writer (the pipeline's ingest path, under its lock) learns; any number
+Concurrency: one writer (the learner, under its lock) learns; any number
 of readers (``/recommend``) read without a lock. After every learnt chunk the writer
 publishes an immutable ``ServingView`` (read-copy-update): the item biases aligned with
 the version's rows in a fresh array, and the users' vectors in a persistent map
@@ -246,8 +246,7 @@ class ServingView:
 
     def _moved_by(self, up: bool) -> np.ndarray:
         """b_now − b_indexed of ``risen`` (``up``) or ``fallen`` rows, in their order, once
-        per view rather than per request (3,355 moved items on the million-item benchmark:
-        about 20 µs of a 0.45 ms request). Two requests racing both store the same array."""
+        per view rather than per request. Two requests racing both store the same array."""
         moved = self.moved_by.get(up)
         if moved is None:
             assert self.index is not None
@@ -295,8 +294,7 @@ class ServingModel:
         Each new event of a user or item first multiplies what that user or item has
         folded in so far by this factor (1.0: never forget). Tastes and popularity
         move, and an old residual was computed against biases that have moved since:
-        with 0.95 about the last 20 events dominate, which on MovieLens beats keeping
-        everything (DESIGN.md §6 measurement, BENCHMARKS.md).
+        with 0.95 about the last 20 events dominate (BENCHMARKS.md "prequential").
     max_users, max_items
         Most users and items whose fold-in is kept (None: unbounded); the least
         recently seen are evicted and fall back to the version's vector and a zero
@@ -607,8 +605,8 @@ class ServingModel:
 
 def _without(rows: np.ndarray, sorted_rows: np.ndarray) -> np.ndarray:
     """``rows`` less those in ``sorted_rows`` (ascending), in their order: one binary
-    search per row. ``np.isin`` and ``np.setdiff1d`` sort both arrays again on every
-    call: about 90 µs of a 0.52 ms request on the million-item benchmark, 10 µs this way.
+    search per row, where ``np.isin`` and ``np.setdiff1d`` sort both arrays again on
+    every call.
 
     >>> _without(np.array([7, 1, 4, 9]), np.array([1, 4, 8])).tolist()
     [7, 9]

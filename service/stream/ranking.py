@@ -1,4 +1,4 @@
-"""Prequential ranking in the pipeline: hit-rate@10 and NDCG@10 beside the RMSE.
+"""Prequential ranking in the learner: hit-rate@10 and NDCG@10 beside the RMSE.
 
 Each batch's sampled liked events (``drift.ranking.RankingSampler``) are ranked as they
 stood before anything learnt them: by the serving model, with the user vector the event's
@@ -84,9 +84,7 @@ class CatalogueRanker:
 
     * the scores' product runs through ``np.einsum`` over the item factors, transposed
       once and kept: BLAS ``matmul`` wakes its threads for an ``m x k x n`` product this
-      small, and on a 2-core machine shared with the service's other work that was
-      measured at 60 ms median (0.1 ms at best) for 24 vectors and 9,700 items, against
-      3 ms median (0.4 ms at best) here;
+      small, which on a busy 2-core machine costs far more than the product;
     * a user's history is encoded into the version's rows incrementally: the history
       hands out a new frozenset when the user rates something, so only the items added
       since the last encoding are looked up (users rate in bursts, and a heavy user has

@@ -1,4 +1,4 @@
-"""The HTTP contract of DESIGN.md §3, driven through the real ASGI app.
+"""The HTTP contract of docs/api.md, driven through the real ASGI app.
 
 Every test runs on SQLite and, when ``DRIFTLINE_TEST_DATABASE_URL`` is set, on PostgreSQL
 (the ``client`` fixture's ``database_url``).

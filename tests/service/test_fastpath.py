@@ -9,8 +9,8 @@ from fastapi.testclient import TestClient
 
 from service.app import create_app
 from service.auth.keys import create_key
-from service.settings import Settings
 from service.serving.recommender import Recommender
+from service.settings import Settings
 
 
 def _events(n: int) -> list[dict]:

@@ -1,6 +1,6 @@
 """VM baselines in the simulator's virtual time: a peak-sized VM and an autoscaled fleet.
 
-The alternatives a platform team would pick instead of functions (SandPiper §V, Fig. 8).
+The alternatives a platform team would pick instead of functions (SandPiper, Ali et al.).
 Both run a job's work with the same per-sample compute model as the ``sim`` function
 runtime (:class:`PerformanceModel` at one full vCPU per worker thread), spread evenly
 over the vCPUs that are up, with no cold starts and no object-store traffic (the data
