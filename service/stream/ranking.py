@@ -30,7 +30,7 @@ from drift.ranking import (
 )
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
-from service.serving.model import ServingView
+from service.serving.view import ServingView
 from service.serving.vector import BIAS, EXTRA
 from service.store.events import NewEvent
 
