@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-import retrain.lifecycle
+import retrain.runner
 from drift.base import DriftDetector
 from drift.heartbeat import Heartbeat, HeartbeatAggregator
 from drift.monitor import DriftAlert
@@ -102,13 +102,13 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., D
 def windows(monkeypatch: pytest.MonkeyPatch) -> list[RatingsWindow]:
     """The windows jobs train on, as the lifecycle hands them to the training loop."""
     seen: list[RatingsWindow] = []
-    train = retrain.lifecycle.run_training
+    train = retrain.runner.run_training
 
     def spy(model: Any, window: RatingsWindow, *args: Any, **kwargs: Any) -> Any:
         seen.append(window)
         return train(model, window, *args, **kwargs)
 
-    monkeypatch.setattr(retrain.lifecycle, "run_training", spy)
+    monkeypatch.setattr(retrain.runner, "run_training", spy)
     return seen
 
 
