@@ -20,7 +20,7 @@ class UsedUpdate:
     duration_s: float
     cold_start: bool
     cost_usd: float
-    #: The share of its step the update got (1 when fresh; see ``_apply``).
+    #: The share of its step the update got (1 when fresh; see ``retrain.folding``).
     weight: float = 1.0
     #: The invocation that computed it.
     request_id: str = ""
