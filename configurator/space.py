@@ -210,6 +210,11 @@ class Candidates:
             memory_mb=int(self.memory_mb[row]),
         )
 
+    def keeps(self, rows: np.ndarray, current: EpochConfig) -> np.ndarray:
+        """Per row of ``rows``, whether it keeps ``current``'s memory and λ: no container
+        to start (containers are per memory size)."""
+        return (self.memory_mb[rows] == current.memory_mb) & (self.workers[rows] == current.workers)
+
     @classmethod
     def of(cls, configs: list[EpochConfig]) -> Candidates:
         """Candidates holding ``configs`` in order."""
