@@ -18,7 +18,7 @@ This module is where the rest of the product reaches the model.
 
 References
 ----------
-SandPiper (papers/004) §IV-B, Eq. 3; CE-scaling (papers/003) §III-B, Eq. 2-4; S.
+SandPiper (Ali et al.), §IV-B, Eq. 3; CE-scaling, §III-B, Eq. 2-4; S.
 Venkataraman et al., "Ernest: efficient performance prediction for large-scale advanced
 analytics", NSDI 2016 (how far an analytic scaling model goes).
 """
