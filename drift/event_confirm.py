@@ -1,0 +1,160 @@
+"""Whether a change river signalled is drift: the confirmation rules of
+:class:`drift.event_monitor.EventDriftMonitor`.
+
+Per-event errors are heavy-tailed and rating streams come in sessions, so most raw
+changes are not drift. A change is confirmed when the level after the change point is
+enough above the level before it, with users as the unit; a rise large enough but not
+yet clear stays a candidate that later heartbeats judge again.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+import numpy as np
+
+from drift.event_record import MAX_RECENT, ErrorRecord
+from drift.heartbeat import Heartbeat
+from drift.monitor import DriftAlert
+
+__all__ = ["RiseConfirmation", "RiseRules", "user_balanced_mean"]
+
+#: Most events one user counts for in a level (see ``user_balanced_mean``).
+USER_WEIGHT_CAP = 50
+
+
+class RiseRules(Protocol):
+    """The thresholds a rise is judged by: the monitor's parameters, read at each
+    judgement so that a changed parameter takes effect at once."""
+
+    min_relative_drop: float
+    reference_events: int
+    min_events: int
+    name: str
+    min_z: float
+    min_users: int
+    persist_z: float
+    persist_heartbeats: int
+
+    @property
+    def scale(self) -> float: ...
+
+
+class RiseConfirmation:
+    """Judges rises in ``record`` by ``rules``, keeping the candidate and the streak of
+    persistent rises between heartbeats.
+
+    Attributes
+    ----------
+    candidate : int | None
+        Errors since a rise that was large enough but not yet clear of noise.
+    streak, streak_beat : int
+        Heartbeats in a row at which a rise was large, shared and ``persist_z`` clear,
+        and the index of the last one counted.
+    """
+
+    def __init__(self, record: ErrorRecord, rules: RiseRules) -> None:
+        self._record = record
+        self._rules = rules
+        self.candidate: int | None = None
+        self.streak = 0
+        self.streak_beat = -1
+
+    def age(self, added: int) -> None:
+        """Count ``added`` errors appended to the record into the candidate's age."""
+        if added and self.candidate is not None:
+            self.candidate += added
+            if self.candidate > MAX_RECENT:
+                self.candidate = None  # old news: the next change starts afresh
+                self.streak = 0
+
+    def forget(self) -> None:
+        """Clear the record and the candidate after an alert."""
+        self._record.clear()
+        self.candidate = None
+        self.streak = 0
+
+    def judge(self, heartbeat: Heartbeat, offset: int, recent: int) -> DriftAlert | None:
+        """An alert if the last ``recent`` errors are enough above those before them.
+
+        The reference is the record before that segment: up to ``reference_events``
+        errors, long enough to average over the sessions of a few heavy users that make
+        rating streams bursty. A rise large enough but not yet clear of noise, or seen
+        in too few users, stays a candidate that later heartbeats judge again with the
+        users they add; a rise that fades below half the minimum is dropped. ``offset``
+        counts the heartbeat's errors after the last one in the record.
+        """
+        rules, record = self._rules, self._record
+        if recent < rules.min_events or record.size - recent < rules.min_events:
+            return None
+        older = slice(max(0, record.size - recent - rules.reference_events), -recent)
+        before, before_var, _ = user_balanced_mean(record.values[older], record.keys[older])
+        after, after_var, users = user_balanced_mean(record.values[-recent:], record.keys[-recent:])
+        before_rmse = math.sqrt(before * rules.scale)
+        after_rmse = math.sqrt(after * rules.scale)
+        if after_rmse < before_rmse * (1.0 + rules.min_relative_drop / 2):
+            self.candidate = None
+            self.streak = 0
+            return None
+        large = after_rmse >= before_rmse * (1.0 + rules.min_relative_drop)
+        spread = math.sqrt(before_var + after_var)
+        clear = after - before >= rules.min_z * spread
+        shared = users >= rules.min_users
+        persisted = self._persisted(heartbeat, large and shared, after - before, spread)
+        if not (large and (clear or persisted) and shared):
+            self.candidate = recent
+            return None
+        self.forget()
+        end = heartbeat.events_seen - offset
+        return DriftAlert(
+            metric="rmse",
+            before=before_rmse,
+            after=after_rmse,
+            events_seen=heartbeat.events_seen,
+            heartbeat_index=heartbeat.index,
+            change_events=max(0, end - recent),
+            detector=rules.name,
+        )
+
+    def _persisted(
+        self, heartbeat: Heartbeat, large_and_shared: bool, rise: float, spread: float
+    ) -> bool:
+        """Count this heartbeat into the streak of persistent rises (once per heartbeat)
+        or break it; whether the streak is now long enough."""
+        if not self._rules.persist_heartbeats:
+            return False
+        if not (large_and_shared and rise >= self._rules.persist_z * spread):
+            self.streak = 0
+            return False
+        if heartbeat.index != self.streak_beat:
+            self.streak += 1
+            self.streak_beat = heartbeat.index
+        return self.streak >= self._rules.persist_heartbeats
+
+
+def user_balanced_mean(values: np.ndarray, keys: np.ndarray) -> tuple[float, float, int]:
+    """Mean error with each user's weight capped at ``USER_WEIGHT_CAP`` events.
+
+    Rating streams come in sessions: one user rating a thousand films in an hour can
+    hold half of a few thousand events, and if the model finds that user hard, the
+    plain mean rises by a quarter although nothing changed for anyone else. A drift
+    worth a retrain moves many users; capping each user's weight makes the level
+    before and after the change a level of users, not of sessions.
+
+    Returns
+    -------
+    tuple
+        ``(level, variance of the level, distinct users)``.
+    """
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=values.astype(np.float64))
+    weights = np.minimum(counts, USER_WEIGHT_CAP)
+    means = sums / counts
+    level = float((weights * means).sum() / weights.sum())
+    users = counts.size
+    # The cluster-robust variance of a weighted mean, users as clusters, with the
+    # small-sample factor G / (G - 1).
+    spread = (weights**2 * (means - level) ** 2).sum() / weights.sum() ** 2
+    variance = float(spread * users / max(users - 1, 1))
+    return level, variance, users

@@ -1,0 +1,76 @@
+"""The recent errors of :class:`drift.event_monitor.EventDriftMonitor`, with their users.
+
+River's detectors say *that* the errors changed; the record keeps the errors to say
+where, and what the level was before and after.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from drift.monitor import split_means
+
+__all__ = ["BLOCK", "MAX_RECENT", "ErrorRecord"]
+
+#: Errors per block when locating a change: block means are smooth enough for a
+#: least-squares split, and a record of 20,000 errors is 200 blocks.
+BLOCK = 100
+#: Longest recent segment compared with the reference; beyond it a change is old news.
+MAX_RECENT = 15_000
+
+
+class ErrorRecord:
+    """The last ``reference_events + MAX_RECENT`` normalised errors and user keys.
+
+    The errors are float16: three digits of a value in [0, 1] are plenty for block
+    means, and halve what every heartbeat writes with the monitor's state.
+    """
+
+    def __init__(self, reference_events: int) -> None:
+        self.keep = reference_events + MAX_RECENT
+        self.values = np.empty(0, dtype=np.float16)
+        self.keys = np.empty(0, dtype=np.uint16)
+
+    @property
+    def size(self) -> int:
+        return int(self.values.size)
+
+    def append(self, values: np.ndarray, keys: np.ndarray) -> None:
+        """Add errors (any float dtype) and their user keys, dropping the oldest."""
+        if values.size:
+            self.keys = np.concatenate([self.keys, keys])[-self.keep :]
+            joined = np.concatenate([self.values, values.astype(np.float16)])
+            self.values = joined[-self.keep :]
+
+    def load(self, values: np.ndarray, keys: np.ndarray) -> None:
+        """Replace the record by (copies of) the last errors and keys given."""
+        self.values = values[-self.keep :].copy()
+        self.keys = keys[-self.keep :].copy()
+
+    def clear(self) -> None:
+        self.values = np.empty(0, dtype=np.float16)
+        self.keys = np.empty(0, dtype=np.uint16)
+
+    def recent_length(self, min_events: int) -> int:
+        """Errors since the change: the least-squares change point of the record.
+
+        River's detectors say *that* the errors changed, not where: ADWIN's window
+        after its cut still holds thousands of errors from before the change, whose
+        mean would dilute the rise. The split of the record's block means that best
+        separates a lower level from a higher one places the change to within a
+        block. Only rises count, since only a rise is drift: a record that opens
+        higher (the first errors after a restart) can hold a fall larger than the rise
+        the detector signalled, and judged at that fall the rise would be dropped while
+        a detector restarted by its own signal takes thousands of events to signal again.
+        0 when the record is too short to hold ``min_events`` errors either side.
+        """
+        blocks = self.values.size // BLOCK
+        min_blocks = max(1, math.ceil(min_events / BLOCK))
+        if blocks < 2 * min_blocks:
+            return 0
+        tail = self.values[self.values.size - blocks * BLOCK :]
+        means = tail.reshape(blocks, BLOCK).mean(axis=1, dtype=np.float64)
+        _, _, split = split_means(means, min_blocks, rises_only=True)
+        return (blocks - split) * BLOCK
