@@ -30,8 +30,8 @@ from drift.ranking import (
 )
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
-from service.serving.view import ServingView
 from service.serving.vector import BIAS, EXTRA
+from service.serving.view import ServingView
 from service.store.events import NewEvent
 
 #: A labelled event outside the sample, in the per-event pending ranks.
