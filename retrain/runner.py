@@ -22,7 +22,7 @@ from retrain.placement import Placement
 from retrain.ports import JobRecorder, VersionLike, VersionPublisher
 from retrain.spec import JobSpec
 from retrain.threads import JobThreads
-from retrain.window import WindowSource
+from retrain.window import RatingsWindow, WindowSource
 
 log = logging.getLogger(__name__)
 
@@ -92,22 +92,7 @@ class JobRunner:
         model = starting_model(base.model if base else None, template, window)
         backend = self._placement.backend(job_id, spec)
         run = JobRun(job_id, spec, backend, up_to)
-        try:
-            result = run_training(
-                model,
-                window,
-                backend,
-                self._placement.configurator(job_id, spec, window, model),
-                spec.rule(),
-                on_epoch=lambda record: self._recorder.epoch(job_id, record),
-                item_bias_support=spec.item_bias_support,
-                interrupt=interrupt,
-            )
-            self._conclude(run, result)
-        except Exception:  # in training or in recording: bill the stragglers all the same
-            self.finish_in_background(run, keep_checkpoint=False)
-            raise
-        return run
+        return self._run_and_conclude(run, window, model, model, interrupt)
 
     def resume(self, job: dict[str, Any], interrupt: threading.Event) -> JobRun:
         """Carry on the job ``job`` records from its coordinator's checkpoint."""
@@ -130,18 +115,33 @@ class JobRunner:
             if record.epoch not in recorded:
                 self._recorder.epoch(job_id, record)
         run = JobRun(job_id, spec, backend, up_to)
+        return self._run_and_conclude(
+            run, window, None, backend.model, interrupt, history=backend.epochs, prepare=False
+        )
+
+    def _run_and_conclude(
+        self,
+        run: JobRun,
+        window: RatingsWindow,
+        model: BiasedMF | None,
+        configured_for: BiasedMF,
+        interrupt: threading.Event,
+        **resumed: Any,
+    ) -> JobRun:
+        """Run ``run``'s epochs from ``model`` (None: the backend's checkpoint), then
+        publish or record it; ``resumed`` carries a resumed job's epochs."""
+        spec, job_id = run.spec, run.job_id
         try:
             result = run_training(
-                None,
+                model,
                 window,
-                backend,
-                self._placement.configurator(job_id, spec, window, backend.model),
+                run.backend,
+                self._placement.configurator(job_id, spec, window, configured_for),
                 spec.rule(),
                 on_epoch=lambda record: self._recorder.epoch(job_id, record),
-                history=backend.epochs,
-                prepare=False,
                 item_bias_support=spec.item_bias_support,
                 interrupt=interrupt,
+                **resumed,
             )
             self._conclude(run, result)
         except Exception:  # in training or in recording: bill the stragglers all the same
