@@ -200,9 +200,10 @@ class Retrainer:
         self._interrupt = threading.Event()
         self._preempted_by = None
 
-    def preempt(self, reason: str) -> int | None:
+    def preempt(self, reason: str, *, force: bool = False) -> int | None:
         """Ask the running job to stop after the epoch in flight, without publishing,
-        if a policy scheduled it; returns its id, or None when no job runs or the
+        if a policy scheduled it (any job with ``force``: this process may no longer
+        start or finish jobs); returns its id, or None when no job runs or the
         running one is not pre-empted (``UNPREEMPTIBLE_TRIGGERS``).
 
         A drift alert calls this: a refresh trains on a window from before the change
@@ -214,7 +215,7 @@ class Retrainer:
         """
         with self._lock:
             job_id = self._active
-            if job_id is None or self._active_trigger in UNPREEMPTIBLE_TRIGGERS:
+            if job_id is None or (not force and self._active_trigger in UNPREEMPTIBLE_TRIGGERS):
                 return None
             if not self._interrupt.is_set():
                 self._preempted_by = reason

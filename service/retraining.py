@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -17,7 +18,7 @@ from configurator.process import ConfiguratorHost
 from configurator.registry import ISOLATED
 from retrain import EpochRecord, RatingsWindow
 from retrain.convergence import StopReason
-from retrain.lifecycle import Retrainer
+from retrain.lifecycle import JobAlreadyRunning, Retrainer
 from retrain.spec import JobSpec
 from service.alerting import Notifier, NoWebhook, budget_notice, job_failed_notice
 from service.livefeed import EventBuffer
@@ -34,8 +35,10 @@ from service.store.events import (
     uniform_labelled,
 )
 from service.store.jobs import (
+    AnotherJobActive,
     active_jobs,
     add_epoch,
+    create_fenced_job,
     create_job,
     get_job,
     job_trigger,
@@ -73,7 +76,12 @@ class StoreJobRecorder:
     """``retrain.lifecycle.JobRecorder`` over the event store's job tables; a failed
     job and one its budget stopped are also told to ``notifier`` (``ALERT_WEBHOOK_URL``),
     and each job's queued, running, succeeded, failed and preempted records to
-    ``events`` (the dashboard's live stream), once they are committed."""
+    ``events`` (the dashboard's live stream), once they are committed.
+
+    With ``fencing_token`` (the cluster's leadership, ``service.cluster``) a job is
+    created only under the current leader's token and while no other job is active
+    anywhere: the database refuses anything else (``JobAlreadyRunning``, or
+    ``NotLeaseHolder`` for a deposed leader)."""
 
     def __init__(
         self,
@@ -82,8 +90,10 @@ class StoreJobRecorder:
         notifier: Notifier | None = None,
         budget_usd: float | None = None,
         events: EventBuffer | None = None,
+        fencing_token: Callable[[], int | None] | None = None,
     ) -> None:
         self.db = db
+        self.fencing_token = fencing_token
         self.metrics = metrics
         self.notifier: Notifier = notifier or NoWebhook()
         self.budget_usd = budget_usd
@@ -96,14 +106,20 @@ class StoreJobRecorder:
             return max_event_id(conn)
 
     def create(self, trigger: str, spec: JobSpec, alert_id: int | None) -> int:
+        record: dict[str, Any] = {
+            "policy": spec.policy,
+            "trigger": trigger,
+            "runtime": spec.runtime,
+            "params": spec.as_params(),
+        }
         with self.db.begin() as conn:
-            job_id = create_job(
-                conn,
-                policy=spec.policy,
-                trigger=trigger,
-                runtime=spec.runtime,
-                params=spec.as_params(),
-            )
+            if self.fencing_token is None:
+                job_id = create_job(conn, **record)
+            else:
+                try:
+                    job_id = create_fenced_job(conn, self.fencing_token(), **record)
+                except AnotherJobActive as exc:
+                    raise JobAlreadyRunning(exc.job_id) from exc
             if alert_id is not None:
                 attach_alert(conn, alert_id, job_id)
         self.metrics.retrain_jobs_started.labels(policy=spec.policy, trigger=trigger).inc()
@@ -275,13 +291,18 @@ def build_retrainer(
     background: bool = True,
     notifier: Notifier | None = None,
     events: EventBuffer | None = None,
+    fencing_token: Callable[[], int | None] | None = None,
 ) -> Retrainer:
     """The retrainer the settings describe, recording into ``db``; job records are
-    also published to ``events`` (the dashboard's live stream) when given."""
+    also published to ``events`` (the dashboard's live stream) when given, and fenced
+    by the leader's ``fencing_token`` when given (``StoreJobRecorder``)."""
+    recorder = StoreJobRecorder(
+        db, metrics, notifier, settings.retrain_budget_usd, events, fencing_token
+    )
     return Retrainer(
         lambda: job_spec(settings),
         StoreWindowSource(db),
-        StoreJobRecorder(db, metrics, notifier, settings.retrain_budget_usd, events),
+        recorder,
         registry,
         registry.store,
         settings.resolved_object_store_url,

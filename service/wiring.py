@@ -3,8 +3,14 @@
 ``build_driftline`` turns settings into the components, each handed what it needs, in
 the streaming order: the event writer, the learner, the stream monitor, the retrain
 trigger, then the serving side (the version swapper, its registry follower, the
-recommender) and the read models. ``Driftline`` holds them for ``serve``, ``consume``,
-the benchmarks and the tests, and passes an ingested batch along the path.
+recommender), the cluster's parts (the leadership, the log tail) and the read models.
+``Driftline`` holds them for ``serve``, ``consume``, the benchmarks and the tests, and
+passes the event log along the path.
+
+The path applies the log, the events table in id order, whoever stored the events: a
+batch this replica stores is learnt after the events other replicas stored before it,
+and the log tail applies the rest as it appears. So every replica learns the same
+events in the same order; the leader's monitor writes and its trigger starts jobs.
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ from retrain import TriggerPolicy
 from retrain.lifecycle import Retrainer
 from retrain.policies import make_policy
 from service.alerting import Notifier, make_notifier
+from service.cluster.identity import default_replica_id
+from service.cluster.leadership import Leadership
+from service.cluster.logtail import LogTail
 from service.livefeed import EventBuffer
 from service.metrics import Metrics
 from service.reads import StreamReads
@@ -35,9 +44,9 @@ from service.serving.recommender import Recommender
 from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database
-from service.store.events import IngestOutcome, NewEvent
+from service.store.events import IngestOutcome, NewEvent, log_after, max_event_id
 from service.stream.learner import Learner
-from service.stream.monitor import StreamMonitor
+from service.stream.monitor import RaisedAlert, StreamMonitor
 from service.stream.ranking import PrequentialRanking
 from service.stream.trigger import RetrainTrigger
 from service.stream.writer import EventWriter
@@ -49,6 +58,8 @@ log = logging.getLogger(__name__)
 #: job's events are stored; a later trigger retrains on them). A supervisor's stop
 #: timeout must allow this plus a flush.
 RETRAIN_SHUTDOWN_GRACE_S = 30.0
+#: Events of the log read and applied at a time by the log tail.
+LOG_PAGE_EVENTS = 5_000
 
 
 @dataclass
@@ -70,6 +81,8 @@ class Driftline:
     follower: RegistryFollower
     recommender: Recommender
     reads: StreamReads
+    leadership: Leadership
+    tail: LogTail
     #: Whether jobs run on threads of their own (the service) or inline (benchmarks).
     background_retrain: bool = True
 
@@ -82,19 +95,54 @@ class Driftline:
         """Store ``batch`` atomically, then evaluate and learn from the new events.
 
         The batch is durable before this returns; evaluation happens after the commit,
-        so a failure there can never lose an acknowledged event. Heartbeats the batch
-        closed are written at once with the monitor's state (and any alert); if that
-        write fails they ride along with the next batch's transaction. ``also_write``
-        runs inside the batch's transaction (the Kafka consumer records its offsets).
+        so a failure there can never lose an acknowledged event. Events other replicas
+        stored before the batch are learnt first, so this replica's answers reflect the
+        batch at once and the log's order holds. Heartbeats the batch closed are
+        written at once with the monitor's state (and any alert); if that write fails
+        they ride along with the next batch's transaction. ``also_write`` runs inside
+        the batch's transaction (the Kafka consumer records its offsets).
         """
         writes = [w for w in (also_write, self.monitor.write_unsaved) if w is not None]
         with self.learner.lock:
             outcome = self.writer.store(batch, *writes)
             self.monitor.mark_saved()
-            evaluation = self.learner.learn(outcome.stored)
-            alerts = self.monitor.observe(evaluation)
-            self.trigger.observe_events(len(evaluation.users))
+            alerts = self._apply_log(up_to=outcome.log_before)
+            alerts += self._learn(outcome.stored, outcome.position)
         self.writer.count(outcome)
+        self._after_learning(alerts)
+        return outcome
+
+    def catch_up(self) -> int:
+        """Apply the events other replicas stored since this one last looked (the log
+        tail's step); returns the position applied."""
+        with self.learner.lock:
+            alerts = self._apply_log(up_to=None)
+            position = self.learner.applied
+        self._after_learning(alerts)
+        return position
+
+    def _apply_log(self, up_to: int | None) -> list[RaisedAlert]:
+        """Learn the stored log after the applied position, up to ``up_to`` (None: all
+        of it), a page at a time; under the learner's lock."""
+        alerts: list[RaisedAlert] = []
+        while up_to is None or self.learner.applied < up_to:
+            with self.db.connect() as conn:
+                ids, events = log_after(conn, self.learner.applied, up_to, LOG_PAGE_EVENTS)
+            if not ids:
+                # Ids the log skipped (a duplicate's or a rolled-back insert's) end here.
+                if up_to is not None:
+                    self.learner.applied = up_to
+                break
+            alerts += self._learn(events, ids[-1])
+        return alerts
+
+    def _learn(self, events: Sequence[NewEvent], position: int) -> list[RaisedAlert]:
+        evaluation = self.learner.learn(events, position)
+        alerts = self.monitor.observe(evaluation)
+        self.trigger.observe_events(len(evaluation.users))
+        return alerts
+
+    def _after_learning(self, alerts: list[RaisedAlert]) -> None:
         try:
             self.trigger.after_batch(alerts)
         except SQLAlchemyError:
@@ -102,7 +150,6 @@ class Driftline:
             # data already stored. The next alert or progress check triggers again.
             log.exception("could not start a retraining job; the ingested batch is stored")
         self._serve_inline_publication()
-        return outcome
 
     def retrain_now(self, trigger: str = "manual") -> int:
         """Start a job by hand from the serving version; ``JobAlreadyRunning`` if one runs."""
@@ -115,10 +162,28 @@ class Driftline:
         if not self.background_retrain and self.retrainer.published.is_set():
             self.swapper.follow_registry()
 
+    # -- leadership ----------------------------------------------------------------------
+    def _take_lead(self, token: int) -> None:
+        """This replica leads now: its monitor writes from where the old leader's
+        stopped, interrupted jobs resume, and an alert the old leader missed is answered."""
+        self.metrics.leader.set(1)
+        with self.learner.lock:
+            alerts = self.monitor.take_over(self.learner.labelled_seen)
+        self.retrainer.resume_interrupted()
+        self._after_learning(alerts)
+
+    def _stand_by(self) -> None:
+        """Another replica leads (or this one stops): stop writing and starting jobs; a
+        running job stops after its epoch in flight (the new leader resumes it)."""
+        self.metrics.leader.set(0)
+        with self.learner.lock:
+            self.monitor.stand_by()
+        self.retrainer.preempt("this replica no longer leads the cluster", force=True)
+
     # -- life cycle ----------------------------------------------------------------------
     def restore(self) -> None:
         """Resume after a restart: newest verified version, fold-in replayed, the
-        monitor where it stopped, interrupted jobs resumed."""
+        monitor where it stopped; then claim the lead, which resumes interrupted jobs."""
         oldest = self.registry.oldest_loadable()
         self.learner.restore(oldest.model if oldest else None)
         self.monitor.events_offset = self.learner.labelled_seen
@@ -128,12 +193,16 @@ class Driftline:
             self.monitor.restore(self.learner.serving.version)
         else:
             self.learner.replay_all()
-        self.retrainer.resume_interrupted()
+        self.monitor.leading = False
+        self.leadership.claim()
         self._serve_inline_publication()
 
     def start(self) -> None:
-        """Start notifications and the registry follower (``REGISTRY_POLL_SECONDS``)."""
+        """Start notifications, the leader election, the log tail and the registry
+        follower (``REGISTRY_POLL_SECONDS``)."""
         self.notifier.start()
+        self.leadership.start()
+        self.tail.start()
         self.follower.start(self.settings.registry_poll_seconds)
 
     def shut_down(self, grace_s: float = RETRAIN_SHUTDOWN_GRACE_S) -> None:
@@ -146,8 +215,11 @@ class Driftline:
         kills the process when its stop timeout runs out.
         """
         self.follower.stop()
+        self.tail.stop()
         self.retrainer.wait(timeout=max(0.0, grace_s))
-        self.monitor.flush()
+        if self.monitor.leading:
+            self.monitor.flush()
+        self.leadership.stop(release=True)
         self.retrainer.close()
         self.notifier.stop()
 
@@ -174,6 +246,9 @@ def assemble(
     """The components wired together, before anything is read from the store."""
     notifier = make_notifier(settings, metrics)
     feed = EventBuffer()
+    leadership = Leadership(
+        db, settings.replica_id or default_replica_id(settings.port), settings.leader_lease_s
+    )
     retrainer = build_retrainer(
         settings,
         db,
@@ -182,6 +257,7 @@ def assemble(
         background=background_retrain,
         notifier=notifier,
         events=feed,
+        fencing_token=leadership.fencing_token,
     )
     builder = ServingBuilder(db, _fold_in_options(settings), _index_options(settings))
     history = RatedItems(settings.serving_history_pairs)
@@ -207,7 +283,7 @@ def assemble(
         notifier,
         feed,
         detector_name=settings.drift_detector,
-        state_key=settings.kafka_replica,
+        state_key=0,
     )
     swapper = VersionSwapper(
         db,
@@ -229,12 +305,13 @@ def assemble(
         enabled=settings.retrain_enabled,
         drift_preempts_jobs=settings.drift_preempts_jobs,
         swap_in_progress=swapper.is_swapping,
+        leading=lambda: leadership.is_leader,
     )
     swapper.after_swap.append(trigger.observe_job)
     follower = RegistryFollower(
         retrainer.published,
         on_tick=trigger.start_deferred_drift,
-        looks=[swapper.follow_registry, learner.follow_events],
+        looks=[swapper.follow_registry],
     )
     reads = StreamReads(
         db,
@@ -246,7 +323,7 @@ def assemble(
         min_relative_rise=settings.min_relative_drop,
         budget_usd=settings.retrain_budget_usd,
     )
-    return Driftline(
+    driftline = Driftline(
         settings=settings,
         db=db,
         registry=registry,
@@ -262,8 +339,21 @@ def assemble(
         follower=follower,
         recommender=Recommender(learner, settings.serving_ann_min_items),
         reads=reads,
+        leadership=leadership,
+        tail=LogTail(
+            lambda: _log_head(db), lambda: learner.applied, lambda: None, settings.log_poll_s
+        ),
         background_retrain=background_retrain,
     )
+    driftline.tail.catch_up = driftline.catch_up
+    leadership.on_elected.append(driftline._take_lead)
+    leadership.on_deposed.append(driftline._stand_by)
+    return driftline
+
+
+def _log_head(db: Database) -> int:
+    with db.connect() as conn:
+        return max_event_id(conn)
 
 
 def _detector(settings: Settings) -> DriftDetector:

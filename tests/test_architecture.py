@@ -38,6 +38,7 @@ SERVICE_RANKS = {
     "service.alerting": 2,
     "service.serving": 2,
     "service.ingest": 2,
+    "service.cluster": 2,
     "service.retraining": 3,
     "service.stream": 3,
     "service.rollout": 4,

@@ -85,10 +85,10 @@ class VersionSwapper:
         began = time.perf_counter()
         why = trigger or self._job_trigger(loaded)  # also the live feed's swap event's
         continues_regime = self._continues_regime(why, explicit=trigger is not None)
-        next_state = self.builder.build(loaded)
         learner = self.learner
+        next_state = self.builder.build(loaded, lambda: learner.applied)
         with learner.lock:
-            self.builder.catch_up(next_state)
+            self.builder.catch_up(next_state, learner.applied)
             learner.install(next_state.serving, loaded)
             self.monitor.on_swap(loaded.version, continues_regime)
             events_seen = learner.labelled_seen

@@ -5,13 +5,15 @@ which a version trained on everything averages away. So the fold-in of a new ser
 state starts ``FOLD_IN_REPLAY_EVENTS`` before the version's last event, then catches up
 with the events stored while it replayed, round after round, until a round finds at most
 ``TAIL_EVENTS``: the caller folds that tail in under the learner's lock, just before the
-switch, so ingestion keeps flowing meanwhile. The item index (``SERVING_INDEX``) is
-built last, outside the lock too.
+switch, so ingestion keeps flowing meanwhile. No round reads past the log position the
+learner has applied (``upto``): the events after it reach the new state through the
+learner, once. The item index (``SERVING_INDEX``) is built last, outside the lock too.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from service.serving.index import IndexOptions, build_index
@@ -69,24 +71,27 @@ class ServingBuilder:
         """The serving state before any version: a running mean plus online biases."""
         return self._model(None)
 
-    def build(self, loaded: LoadedVersion) -> NextServing:
-        """``loaded`` with the replay and the catch-up folded in and its index built."""
+    def build(self, loaded: LoadedVersion, upto: Callable[[], int]) -> NextServing:
+        """``loaded`` with the replay and the catch-up up to ``upto()`` folded in and its
+        index built."""
         serving = self._model(loaded)
-        next_state = NextServing(serving, max(0, loaded.last_event_id - self.options.replay_events))
+        start = max(0, min(loaded.last_event_id - self.options.replay_events, upto()))
+        next_state = NextServing(serving, start)
         for _round in range(CATCH_UP_ROUNDS):
-            if self.catch_up(next_state, FOLD_IN_PAUSE_S) <= TAIL_EVENTS:
+            if self.catch_up(next_state, upto(), FOLD_IN_PAUSE_S) <= TAIL_EVENTS:
                 break
         self._index(serving)
         return next_state
 
-    def catch_up(self, next_state: NextServing, pause_s: float = 0.0) -> int:
-        """Fold in the labelled events stored after ``next_state.caught_up_to``; returns
-        how many there were."""
+    def catch_up(self, next_state: NextServing, upto: int, pause_s: float = 0.0) -> int:
+        """Fold in the labelled events stored after ``next_state.caught_up_to`` up to
+        ``upto``; returns how many there were."""
+        if upto <= next_state.caught_up_to:
+            return 0
         with self.db.connect() as conn:
-            events = labelled_events(conn, after_id=next_state.caught_up_to)
+            events = labelled_events(conn, after_id=next_state.caught_up_to, up_to_id=upto)
         next_state.serving.learn(events.user_ids, events.item_ids, events.ratings, pause_s)
-        if len(events):
-            next_state.caught_up_to = int(events.ids[-1])
+        next_state.caught_up_to = upto
         return len(events)
 
     def _model(self, loaded: LoadedVersion | None) -> ServingModel:

@@ -5,9 +5,9 @@ The object is built once (in the CLI or a test) and handed to the app, never rea
 import time, so tests can run several differently configured services side by side.
 
 Each concern's fields and validators live in their own module (``stack``, ``stream``,
-``drift``, ``retrain``, ``serving``, ``security``); a field's group is the part that
-declares it (:func:`group_of`), which ``driftline settings`` and ``docs/settings.md``
-list it under.
+``drift``, ``retrain``, ``serving``, ``security``, ``cluster``); a field's group is the
+part that declares it (:func:`group_of`), which ``driftline settings`` and
+``docs/settings.md`` list it under.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from typing import Self
 from pydantic import BaseModel, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from service.settings.cluster import ClusterSettings
 from service.settings.drift import DriftSettings
 from service.settings.limits import EventLimits, Problem
 from service.settings.retrain import RetrainSettings
@@ -28,6 +29,7 @@ from service.settings.stream import StreamSettings
 __all__ = [
     "GROUPS",
     "LOOPBACK_HOSTS",
+    "ClusterSettings",
     "DriftSettings",
     "EventLimits",
     "Names",
@@ -50,12 +52,14 @@ GROUPS: dict[str, type[BaseModel]] = {
     "retrain": RetrainSettings,
     "serving": ServingSettings,
     "security": SecuritySettings,
+    "cluster": ClusterSettings,
 }
 
 
 # The parts are listed in the reverse of GROUPS: pydantic takes the last base's fields
 # (and runs its validators) first, so flags and errors come in GROUPS' order.
 class Settings(
+    ClusterSettings,
     SecuritySettings,
     ServingSettings,
     RetrainSettings,

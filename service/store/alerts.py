@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, func, insert, select, update
 
 from service.store.tables import drift_alerts, heartbeats
 
@@ -89,3 +89,11 @@ def list_heartbeats(conn: Connection, since_events: int = 0) -> list[dict[str, A
         .order_by(heartbeats.c.events_seen)
     )
     return [dict(row._mapping) for row in conn.execute(query)]
+
+
+def latest_positions(conn: Connection) -> tuple[int, int | None]:
+    """Where the stored heartbeats end and where the newest alert was raised, in
+    labelled events seen (0 and None for none)."""
+    heartbeat_at = conn.scalar(select(func.max(heartbeats.c.events_seen)))
+    alert_at = conn.scalar(select(func.max(drift_alerts.c.events_seen)))
+    return int(heartbeat_at or 0), None if alert_at is None else int(alert_at)

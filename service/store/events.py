@@ -36,10 +36,17 @@ class NewEvent:
 
 @dataclass(frozen=True, slots=True)
 class IngestOutcome:
-    """What a batch did to the store: the events newly stored (in order) and the rest."""
+    """What a batch did to the store: the events newly stored (in order) and the rest.
+
+    ``log_before`` is the newest event id before the batch and ``position`` the newest
+    after it: the events other processes stored before this batch are those with
+    ``applied < id <= log_before`` (``service.store.events`` keeps ids in commit order).
+    """
 
     stored: list[NewEvent]
     duplicates: int
+    log_before: int = 0
+    position: int = 0
 
     @property
     def accepted(self) -> int:
@@ -115,31 +122,49 @@ def _insert_sql(paramstyle: str, rows: int) -> str:
     row = "(" + ",".join([marker] * len(_COLUMNS)) + ")"
     return (
         f"INSERT INTO events ({','.join(_COLUMNS)}) VALUES {','.join([row] * rows)} "
-        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id, id"
     )
 
 
+#: The advisory lock PostgreSQL writers of events hold to the end of their transaction.
+_LOG_LOCK = 0x44524654  # "DRFT"
+
+
 def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
-    """Store the events of ``batch`` not stored before; run inside the caller's transaction."""
+    """Store the events of ``batch`` not stored before; run inside the caller's transaction.
+
+    The events table is the cluster's log: replicas apply it in id order, so ids must
+    become visible in the order they were given. On PostgreSQL, writers take one
+    transaction-scoped advisory lock before their first insert and commit in turn (a
+    sequence alone hands out ids that concurrent transactions commit out of order, and
+    a reader following ``id > last`` would skip the late ones for good); SQLite has one
+    writer at a time anyway.
+    """
     unique: dict[str, NewEvent] = {}
     for event in batch:
         unique.setdefault(event.event_id or uuid.uuid4().hex, event)
+    if conn.dialect.name == "postgresql":
+        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOG_LOCK})")
+    log_before = max_event_id(conn)
     now = time.time()
     rows = [(key, e.user_id, e.item_id, e.rating, e.timestamp, now) for key, e in unique.items()]
-    inserted: set[str] = set()
+    inserted: dict[str, int] = {}
     for start in range(0, len(rows), _ROWS_PER_STATEMENT):
         chunk = rows[start : start + _ROWS_PER_STATEMENT]
         sql = _insert_sql(conn.dialect.paramstyle, len(chunk))
         flat = tuple(value for row in chunk for value in row)
-        inserted.update(row[0] for row in conn.exec_driver_sql(sql, flat))
+        inserted.update((row[0], int(row[1])) for row in conn.exec_driver_sql(sql, flat))
     fresh = [e for key, e in unique.items() if key in inserted]
-    return IngestOutcome(stored=fresh, duplicates=len(batch) - len(fresh))
+    position = max(inserted.values(), default=log_before)
+    return IngestOutcome(fresh, len(batch) - len(fresh), log_before, position)
 
 
-def count_events(conn: Connection, labelled_only: bool = False) -> int:
+def count_events(conn: Connection, labelled_only: bool = False, up_to_id: int | None = None) -> int:
     query = select(func.count()).select_from(events)
     if labelled_only:
         query = query.where(events.c.rating.is_not(None))
+    if up_to_id is not None:
+        query = query.where(events.c.id <= up_to_id)
     return int(conn.scalar(query) or 0)
 
 
@@ -302,6 +327,25 @@ def recent_pairs(conn: Connection, limit: int | None) -> tuple[list[str], list[s
         query = query.limit(limit)
     rows = conn.execute(query).all()[::-1]
     return [row[0] for row in rows], [row[1] for row in rows]
+
+
+def log_after(
+    conn: Connection, after_id: int, up_to_id: int | None = None, limit: int = _PAGE_ROWS
+) -> tuple[list[int], list[NewEvent]]:
+    """The log from row ``after_id`` on: ids and events (labelled or not), oldest first,
+    at most ``limit``, none past ``up_to_id``; how replicas learn each other's events."""
+    query = select(
+        events.c.id,
+        events.c.user_id,
+        events.c.item_id,
+        events.c.rating,
+        events.c.timestamp,
+        events.c.event_id,
+    ).where(events.c.id > after_id)
+    if up_to_id is not None:
+        query = query.where(events.c.id <= up_to_id)
+    rows = conn.execute(query.order_by(events.c.id).limit(limit)).all()
+    return [int(r[0]) for r in rows], [NewEvent(r[1], r[2], r[3], r[4], r[5]) for r in rows]
 
 
 def pairs_after(

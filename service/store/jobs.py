@@ -7,14 +7,30 @@ from typing import Any
 
 from sqlalchemy import Connection, insert, select, update
 
+from service.store.leases import check_fencing
 from service.store.tables import drift_alerts, job_epochs, retrain_jobs
 
 ACTIVE_STATUSES = ("queued", "running")
 
 
+class AnotherJobActive(RuntimeError):
+    """A job is queued or running already, somewhere in the cluster."""
+
+    def __init__(self, job_id: int) -> None:
+        super().__init__(f"retraining job {job_id} is active")
+        self.job_id = job_id
+
+
 def create_job(
-    conn: Connection, *, policy: str, trigger: str, runtime: str, params: dict[str, Any]
+    conn: Connection,
+    *,
+    policy: str,
+    trigger: str,
+    runtime: str,
+    params: dict[str, Any],
+    fencing_token: int | None = None,
 ) -> int:
+    """Record a queued job as it is; the service starts jobs through ``create_fenced_job``."""
     result = conn.execute(
         insert(retrain_jobs).values(
             policy=policy,
@@ -23,11 +39,44 @@ def create_job(
             status="queued",
             created_at=time.time(),
             params=params,
+            fencing_token=fencing_token,
         )
     )
     key = result.inserted_primary_key
     assert key is not None  # an insert into a table with a primary key
     return int(key[0])
+
+
+def create_fenced_job(
+    conn: Connection,
+    fencing_token: int | None,
+    *,
+    policy: str,
+    trigger: str,
+    runtime: str,
+    params: dict[str, Any],
+) -> int:
+    """Record a new queued job under the leader's ``fencing_token``.
+
+    Refused with ``NotLeaseHolder`` when the token no longer holds the leader lease (a
+    deposed leader's late start) and with ``AnotherJobActive`` while any job is queued
+    or running: one job at a time in the whole cluster. The lease row stays locked to
+    the end of the transaction, so two leaders in turn cannot both pass the checks.
+    """
+    check_fencing(conn, fencing_token)
+    active = conn.scalar(
+        select(retrain_jobs.c.id).where(retrain_jobs.c.status.in_(ACTIVE_STATUSES)).limit(1)
+    )
+    if active is not None:
+        raise AnotherJobActive(int(active))
+    return create_job(
+        conn,
+        policy=policy,
+        trigger=trigger,
+        runtime=runtime,
+        params=params,
+        fencing_token=fencing_token,
+    )
 
 
 def update_job(conn: Connection, job_id: int, **values: Any) -> None:

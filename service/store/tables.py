@@ -55,6 +55,8 @@ retrain_jobs = Table(
     Column("error", Text, nullable=True),
     Column("params", JSON, nullable=False),
     Column("invocations", JSON, nullable=True),
+    # The leader's fencing token the job was started under (``store.leases``).
+    Column("fencing_token", BigInteger, nullable=True),
 )
 
 job_epochs = Table(
@@ -127,9 +129,9 @@ heartbeats = Table(
     Column("ranked_events", Integer, nullable=True),
 )
 
-# The drift monitor's and heartbeat aggregator's state, one row per Kafka replica (each
-# monitors its own partitions), written with the heartbeats it accounts for, so a
-# restarted service carries on detecting.
+# The drift monitor's and heartbeat aggregator's state, written by the cluster's leader
+# with the heartbeats it accounts for, so a restarted service carries on detecting. One
+# row (``replica`` 0); the column stays from when each Kafka replica monitored its own.
 monitor_state = Table(
     "monitor_state",
     metadata,
@@ -187,4 +189,18 @@ model_rollbacks = Table(
     Column("actor", String(128), nullable=False),
     Column("from_version", String(64), nullable=True),
     Column("to_version", String(64), ForeignKey("model_versions.version"), nullable=False),
+)
+
+# One row per role (``leader``): who holds it, until when, and its fencing token, which
+# grows with every change of holder (``service.store.leases``).
+cluster_leases = Table(
+    "cluster_leases",
+    metadata,
+    Column("role", String(32), primary_key=True),
+    Column("holder", String(128), nullable=False),
+    # The holding process: a replica restarted under its name takes over at once.
+    Column("incarnation", String(32), nullable=False),
+    Column("token", BigInteger, nullable=False),
+    Column("expires_at", Float, nullable=False),
+    Column("acquired_at", Float, nullable=False),
 )

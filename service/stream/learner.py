@@ -7,11 +7,16 @@ static track, the first version frozen without fold-in, so the gain of retrainin
 fold-in can be read live. The ranking sample, the rated items and the popular items are
 kept current on the same walk.
 
+The learner applies the event log (the events table, in id order) and nothing else:
+``applied`` is the newest id it has learnt, whoever stored the events, so replicas that
+share a database learn the same events in the same order (``service.wiring``).
+
 Ownership: the learner is the one writer of its state. ``lock`` orders everything that
 adds events to it: the ingest path holds it from storing a batch to learning it (so the
-store and the learnt state agree on which events are in), and a swap holds it while it
-folds in the last events and installs the next serving state. Readers (``/recommend``)
-take the published snapshots (``serving.view``, ``history``, ``popular``) without it.
+store and the learnt state agree on which events are in), the log tail while it applies
+other replicas' events, and a swap while it folds in the last events and installs the
+next serving state. Readers (``/recommend``) take the published snapshots
+(``serving.view``, ``history``, ``popular``) without it.
 """
 
 from __future__ import annotations
@@ -36,7 +41,6 @@ from service.store.events import (
     count_events,
     labelled_events,
     max_event_id,
-    pairs_after,
     recent_pairs,
 )
 from service.stream.ranking import PrequentialRanking
@@ -98,11 +102,8 @@ class Learner:
         #: ``labelled_seen`` when the serving version was installed.
         self.seen_at_swap = 0
         self.lock = threading.Lock()
-        #: The newest event id the history and popular items have seen, and how many
-        #: events this process stored since: ``follow_events`` reads the store only when
-        #: other processes stored events too.
-        self._synced_event_id = 0
-        self._stored_since_sync = 0
+        #: The newest event id (log position) learnt; events are learnt in id order.
+        self.applied = 0
 
     # -- start-up ---------------------------------------------------------------------
     def restore(self, static: BiasedMF | None) -> None:
@@ -113,23 +114,24 @@ class Learner:
         """
         self.static = static
         with self.db.connect() as conn:
-            self.labelled_seen = count_events(conn, labelled_only=True)
-            self._synced_event_id = max_event_id(conn)
+            self.applied = max_event_id(conn)
+            self.labelled_seen = count_events(conn, labelled_only=True, up_to_id=self.applied)
             self.history.add(*recent_pairs(conn, self.history_pairs))
             self.popular.add(*recent_pairs(conn, self.popular_window))
 
     def replay_all(self) -> None:
         """Fold in every stored labelled event (a restart with no version yet)."""
         with self.db.connect() as conn:
-            replay = labelled_events(conn)
+            replay = labelled_events(conn, up_to_id=self.applied)
         self.serving.learn(replay.user_ids, replay.item_ids, replay.ratings)
 
     # -- the ingest path (under ``lock``) --------------------------------------------
-    def learn(self, stored: Sequence[NewEvent]) -> Evaluation:
-        """Evaluate then learn the newly stored events; rated and popular items too."""
+    def learn(self, stored: Sequence[NewEvent], position: int) -> Evaluation:
+        """Evaluate then learn the events of the log up to ``position``; rated and
+        popular items too."""
         evaluation = self._evaluate_and_learn(stored)
         self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
-        self._stored_since_sync += len(stored)
+        self.applied = max(self.applied, position)
         return evaluation
 
     def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> Evaluation:
@@ -182,31 +184,6 @@ class Learner:
     def labelled_since_swap(self) -> int | None:
         """Labelled events learnt since the serving version came in (None: none serves)."""
         return None if self.current is None else self.labelled_seen - self.seen_at_swap
-
-    # -- other processes' events ------------------------------------------------------
-    def follow_events(self) -> bool:
-        """Take in the events other processes (Kafka consume replicas) stored since the
-        last look: their users' rated items join the history, and the popular items are
-        recounted from the store. Returns whether there were any.
-
-        Under ``lock``, so that the count of this process's own events since the last
-        look is exact.
-        """
-        with self.lock:
-            with self.db.connect() as conn:
-                newest = max_event_id(conn)
-                foreign = newest - self._synced_event_id > self._stored_since_sync
-                if foreign:
-                    users, items = pairs_after(conn, self._synced_event_id, self.history_pairs)
-                    window = recent_pairs(conn, self.popular_window)
-            self._synced_event_id, self._stored_since_sync = newest, 0
-            if not foreign:
-                return False
-            self.history.add(users, items)
-            popular = PopularItems(self.popular_window)
-            popular.add(*window)
-            self.popular = popular
-        return True
 
     # -- reads ----------------------------------------------------------------------------
     def accuracy_summary(self) -> dict[str, dict[str, Any]]:

@@ -7,8 +7,15 @@ users, head or tail items) and with the id of the last event before its change, 
 a drift job trains after. Heartbeats, alerts and the detector's state are written in
 one transaction per batch that closes a heartbeat, so a crash loses none of them.
 
-Ownership: the monitor is called by the ingest path only, under the learner's lock;
-``pending_heartbeats`` may be read from any thread.
+In a cluster every replica's monitor watches the whole log (each replica learns every
+event in log order) but only the leader's writes: a follower's monitor is on standby,
+keeping its newest heartbeats and any alert in memory, so a replica that takes over
+(``take_over``) writes what the old leader had not and raises an alert it missed,
+without waiting for evidence to pile up again.
+
+Ownership: the monitor is called by the ingest path and the log tail, under the
+learner's lock, and by the leadership listeners under it too; ``pending_heartbeats``
+may be read from any thread.
 """
 
 from __future__ import annotations
@@ -16,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -30,7 +38,12 @@ from service.alerting import Notifier, drift_notice
 from service.livefeed import EventBuffer
 from service.metrics import Metrics
 from service.store import Database
-from service.store.alerts import add_alert, add_heartbeats, update_alert_segments
+from service.store.alerts import (
+    add_alert,
+    add_heartbeats,
+    latest_positions,
+    update_alert_segments,
+)
 from service.store.events import labelled_id_from_end
 from service.store.monitor import load_monitor_state, save_monitor_state
 from service.stream.learner import Evaluation
@@ -42,6 +55,12 @@ log = logging.getLogger(__name__)
 #: alert raised soon after a change has few events per user behind its top movers; a
 #: few heartbeats later they stand on several times more.
 SEGMENT_REFRESHES = 5
+#: Heartbeats a standby monitor keeps for the moment it takes over: more than a lease
+#: lasts at any rate a replica sustains.
+STANDBY_HEARTBEATS = 2_000
+#: A standby's alert within this many heartbeats after one the leader stored is the
+#: same change seen twice, not a new one.
+SAME_CHANGE_HEARTBEATS = 10
 
 
 @dataclass(frozen=True)
@@ -79,7 +98,7 @@ class StreamMonitor:
         self.notifier = notifier
         self.feed = feed
         self.detector_name = detector_name
-        #: Row of the saved state (one per Kafka replica).
+        #: Row of the saved state.
         self.state_key = state_key
         #: Recent events and their errors, to say where an alert's rise comes from.
         self.segments = SegmentBuffer()
@@ -93,6 +112,10 @@ class StreamMonitor:
         self._unsaved_lock = threading.Lock()
         #: Alert id → (its change, refreshes left): see ``_refresh_segments``.
         self._segment_refreshes: dict[int, tuple[int, int]] = {}
+        #: Whether this replica writes heartbeats and alerts (the cluster's leader).
+        self.leading = True
+        self._standby: deque[dict] = deque(maxlen=STANDBY_HEARTBEATS)
+        self._standby_alerts: deque[tuple[int, DriftAlert]] = deque(maxlen=16)
 
     # -- the ingest path --------------------------------------------------------------
     def observe(self, evaluation: Evaluation) -> list[RaisedAlert]:
@@ -126,12 +149,19 @@ class StreamMonitor:
             )
             row = self._heartbeat_row(beat, float(np.sqrt(static_sq.mean())))
             row.update(self._ranking_row(beat.events))
+            alert = self.detector.update(beat) if evaluation.serving else None
+            if not self.leading:
+                self._standby.append(row)
+                if alert is not None:
+                    self._standby_alerts.append((row["events_seen"], alert))
+                continue
             with self._unsaved_lock:
                 self._unsaved.append(row)
             self.feed.publish("heartbeat", {"id": None, **row})
-            alert = self.detector.update(beat) if evaluation.serving else None
             if alert is not None:
                 alerts.append(alert)
+        if not self.leading:
+            return []
         # One commit per batch that closes a heartbeat: waiting for the next batch would
         # lose the newest heartbeats to a crash, and in a drift they are the evidence.
         try:
@@ -201,6 +231,34 @@ class StreamMonitor:
         """Copies of the heartbeats not written yet, oldest first."""
         with self._unsaved_lock:
             return [dict(row) for row in self._unsaved]
+
+    # -- leadership ---------------------------------------------------------------------
+    def take_over(self, labelled_seen: int) -> list[RaisedAlert]:
+        """Become the monitor that writes: store the standby heartbeats newer than the
+        stored ones and an alert the standby raised that the old leader did not store,
+        with the state; returns that alert for the trigger."""
+        with self.db.connect() as conn:
+            heartbeat_at, alert_at = latest_positions(conn)
+        gap = [row for row in self._standby if row["events_seen"] > heartbeat_at]
+        same_change = SAME_CHANGE_HEARTBEATS * self.aggregator.every_events
+        missed = [
+            alert
+            for at, alert in self._standby_alerts
+            if at > heartbeat_at and (alert_at is None or at > alert_at + same_change)
+        ][-1:]
+        with self._unsaved_lock:
+            self._unsaved = gap + self._unsaved
+        self._standby.clear()
+        self._standby_alerts.clear()
+        self.leading = True
+        log.info("drift monitor takes over: %d heartbeat(s) the leader had not written", len(gap))
+        return self.flush(missed, labelled_seen=labelled_seen)
+
+    def stand_by(self) -> None:
+        """Stop writing (another replica leads); heartbeats not written are dropped,
+        the new leader's standby monitor has them."""
+        self.leading = False
+        self.mark_saved()
 
     # -- versions ---------------------------------------------------------------------
     def on_swap(self, version: str | None, continues_regime: bool) -> None:

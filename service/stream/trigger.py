@@ -7,6 +7,11 @@ soon as that job ends (the running job's window predates the change); a schedule
 cut short for it when ``DRIFT_PREEMPTS_JOBS``. Without an alert, the policy's progress
 rule (bootstrap, refresh, interval, Continuum's cost rule) may ask for a scheduled job.
 
+In a cluster only the leader's trigger starts jobs (``leading``); every replica's policy
+still counts the events, so a replica that takes over asks at the same point. The
+database refuses a job started by a deposed leader or beside an active one; the trigger
+logs that and asks again later.
+
 Ownership: ``after_batch`` runs on the ingest path; ``start_deferred_drift`` also runs on
 the registry follower's thread, so the deferred alert is guarded by its own lock.
 """
@@ -21,10 +26,11 @@ from collections.abc import Callable, Sequence
 from sqlalchemy.exc import SQLAlchemyError
 
 from retrain import TriggerPolicy
-from retrain.lifecycle import Retrainer
+from retrain.lifecycle import JobAlreadyRunning, Retrainer
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.store import Database
 from service.store.jobs import get_job
+from service.store.leases import NotLeaseHolder
 from service.stream.learner import Learner
 from service.stream.monitor import RaisedAlert
 
@@ -45,6 +51,7 @@ class RetrainTrigger:
         enabled: bool,
         drift_preempts_jobs: bool,
         swap_in_progress: Callable[[], bool],
+        leading: Callable[[], bool] = lambda: True,
     ) -> None:
         self.db = db
         self.registry = registry
@@ -55,6 +62,8 @@ class RetrainTrigger:
         self.drift_preempts_jobs = drift_preempts_jobs
         #: Whether the serving side is swapping in a version now.
         self.swap_in_progress = swap_in_progress
+        #: Whether this replica leads the cluster (only the leader starts jobs).
+        self.leading = leading
         #: A drift alert raised while another job ran: (trigger, alert id, change point
         #: id), started as a job of its own once that one ends.
         self._deferred_drift: tuple[str, int, int] | None = None
@@ -68,8 +77,14 @@ class RetrainTrigger:
 
     def after_batch(self, alerts: Sequence[RaisedAlert]) -> None:
         """Answer the batch's alerts, start a deferred drift job, or ask the policy."""
-        if not self.enabled:
+        if not (self.enabled and self.leading()):
             return
+        try:
+            self._answer(alerts)
+        except (JobAlreadyRunning, NotLeaseHolder) as refused:
+            log.info("no job started: %s", refused)
+
+    def _answer(self, alerts: Sequence[RaisedAlert]) -> None:
         for alert in alerts:
             trigger = self.policy.on_alert()
             if trigger is None:
@@ -102,16 +117,19 @@ class RetrainTrigger:
         Called after each batch and whenever a job publishes, so the drift job starts
         when the job before it ends, whether or not events keep arriving.
         """
-        if not self.enabled:
+        if not (self.enabled and self.leading()):
             return
         with self._deferred_lock:
             if self._deferred_drift is None or self.retrainer.active_job_id is not None:
                 return
             trigger, alert_id, change_after_id = self._deferred_drift
             self._deferred_drift = None
-        self.retrainer.request(
-            trigger, alert_id, base=self.learner.current, change_after_id=change_after_id
-        )
+        try:
+            self.retrainer.request(
+                trigger, alert_id, base=self.learner.current, change_after_id=change_after_id
+            )
+        except (JobAlreadyRunning, NotLeaseHolder) as refused:
+            log.info("deferred drift job not started: %s", refused)
 
     @property
     def drift_deferred(self) -> bool:

@@ -31,7 +31,8 @@ def _post(client: httpx.Client, events: list[dict]) -> None:
 
 def test_a_restart_mid_drift_still_raises_the_alert(tmp_path: Path) -> None:
     events = planted_drift_stream(n_events=14_000, drift_at=DRIFT_AT, seed=3)
-    env = {**SERVER_ENV, "DRIFTLINE_RETRAIN_RUNTIME": "inprocess"}
+    # The same replica restarted (a restart elsewhere waits for the lease to expire).
+    env = {**SERVER_ENV, "DRIFTLINE_RETRAIN_RUNTIME": "inprocess", "DRIFTLINE_REPLICA_ID": "one"}
     server = ServerProcess(tmp_path / "data", env=env).start()
     try:
         with httpx.Client(base_url=server.url, timeout=60) as client:

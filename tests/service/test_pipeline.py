@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -34,7 +35,7 @@ def events() -> list[NewEvent]:
     ]
 
 
-def _settings(data_dir: Path, database_url: str) -> Settings:
+def _settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
     return Settings(
         data_dir=data_dir,
         database_url=database_url,
@@ -46,13 +47,14 @@ def _settings(data_dir: Path, database_url: str) -> Settings:
         refresh_events=None,
         retrain_runtime="thread",
         retrain_configurator="static",  # epochs run the settings' batch size and λ
+        **overrides,
     )
 
 
 @pytest.fixture
 def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Driftline]]:
     """Builds pipelines on one data directory and database (a second call is a restart)."""
-    with pipeline_factory(lambda: _settings(tmp_path / "data", database_url)) as make:
+    with pipeline_factory(lambda **o: _settings(tmp_path / "data", database_url, **o)) as make:
         yield make
 
 
@@ -386,8 +388,10 @@ def test_a_restart_counts_labelled_events_past_the_last_heartbeat(
 def test_a_second_process_follows_versions_published_by_another(
     served: Driftline, make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
-    follower = make_pipeline()  # shares the database and object store
+    # Another replica: it shares the database and object store, and follows the leader.
+    follower = make_pipeline(replica_id="second")
     assert follower.learner.serving.version == "v0001"
+    assert served.leadership.is_leader and not follower.leadership.is_leader
     assert follower.swapper.follow_registry() is False  # nothing newer yet
     served.retrain_now()
     assert served.learner.serving.version == "v0002"

@@ -115,23 +115,26 @@ def test_a_kept_answer_outlives_other_users_batches_but_not_the_users_own_event(
     ]
 
 
-def test_events_another_process_stored_reach_the_history_and_popular_items(
+def test_events_another_replica_stored_reach_the_history_and_popular_items(
     pipeline: Driftline,
 ) -> None:
-    other = build_driftline(pipeline.settings, background_retrain=False)  # a consume replica
+    other = build_driftline(
+        pipeline.settings.model_copy(update={"replica_id": "other"}), background_retrain=False
+    )
     try:
-        assert pipeline.learner.follow_events() is False  # nothing new yet
+        assert pipeline.tail.look() is False  # nothing new yet
         pipeline.ingest([NewEvent("u2", "i3", 4.0)])
-        assert pipeline.learner.follow_events() is False  # its own events: no read needed
+        assert pipeline.tail.look() is False  # its own events are applied already
         other.ingest(
             [NewEvent("u1", "hit", None)] + [NewEvent(f"fan{j}", "hit") for j in range(40)]
         )
         assert "hit" not in pipeline.learner.history.items("u1")
-        assert pipeline.learner.follow_events() is True
+        assert pipeline.tail.look() is True
+        assert pipeline.learner.applied == other.learner.applied
         assert "hit" in pipeline.learner.history.items("u1")
         assert pipeline.recommender.recommend("stranger", 1).items[0][0] == "hit"
         assert "hit" not in [item for item, _ in pipeline.recommender.recommend("u1", 30).items]
-        assert pipeline.learner.follow_events() is False
+        assert pipeline.tail.look() is False
     finally:
         other.retrainer.close()
         other.db.dispose()
