@@ -11,6 +11,8 @@ import math
 from typing import Any
 
 from retrain.lifecycle import Retrainer
+from service.cluster.leadership import Leadership
+from service.cluster.logtail import LogTail
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.store import Database
 from service.store.alerts import list_heartbeats
@@ -30,6 +32,8 @@ class StreamReads:
         monitor: StreamMonitor,
         trigger: RetrainTrigger,
         retrainer: Retrainer,
+        leadership: Leadership,
+        tail: LogTail,
         *,
         min_relative_rise: float,
         budget_usd: float | None,
@@ -40,8 +44,21 @@ class StreamReads:
         self._monitor = monitor
         self._trigger = trigger
         self._retrainer = retrainer
+        self._leadership = leadership
+        self._tail = tail
         self.min_relative_rise = min_relative_rise
         self.budget_usd = budget_usd
+
+    def cluster_status(self) -> dict[str, Any]:
+        """This replica in the cluster: its name, who leads, and how far it has applied
+        the event log (``applied_position``) of what it last saw (``log_position``)."""
+        applied = self._learner.applied
+        return {
+            **self._leadership.status(),
+            "applied_position": applied,
+            "log_position": max(self._tail.seen_head, applied),
+            "log_lag_events": self._tail.lag,
+        }
 
     @property
     def serving_version(self) -> str | None:

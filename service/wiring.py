@@ -313,6 +313,9 @@ def assemble(
         on_tick=trigger.start_deferred_drift,
         looks=[swapper.follow_registry],
     )
+    tail = LogTail(
+        lambda: _log_head(db), lambda: learner.applied, lambda: None, settings.log_poll_s
+    )
     reads = StreamReads(
         db,
         registry,
@@ -320,6 +323,8 @@ def assemble(
         monitor,
         trigger,
         retrainer,
+        leadership,
+        tail,
         min_relative_rise=settings.min_relative_drop,
         budget_usd=settings.retrain_budget_usd,
     )
@@ -340,9 +345,7 @@ def assemble(
         recommender=Recommender(learner, settings.serving_ann_min_items),
         reads=reads,
         leadership=leadership,
-        tail=LogTail(
-            lambda: _log_head(db), lambda: learner.applied, lambda: None, settings.log_poll_s
-        ),
+        tail=tail,
         background_retrain=background_retrain,
     )
     driftline.tail.catch_up = driftline.catch_up

@@ -13,6 +13,7 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 
+from service.cluster.logtail import LogTail
 from service.livefeed import EventBuffer
 from service.metrics import Metrics
 from service.reads import StreamReads
@@ -68,6 +69,10 @@ async def get_feed(request: Request) -> EventBuffer:
     return request.app.state.driftline.feed
 
 
+async def get_log_tail(request: Request) -> LogTail:
+    return request.app.state.driftline.tail
+
+
 SettingsDep = Annotated[Settings, Depends(get_settings)]
 DatabaseDep = Annotated[Database, Depends(get_database)]
 MetricsDep = Annotated[Metrics, Depends(get_metrics)]
@@ -78,3 +83,4 @@ SwapperDep = Annotated[VersionSwapper, Depends(get_swapper)]
 TriggerDep = Annotated[RetrainTrigger, Depends(get_trigger)]
 ReadsDep = Annotated[StreamReads, Depends(get_reads)]
 FeedDep = Annotated[EventBuffer, Depends(get_feed)]
+LogTailDep = Annotated[LogTail, Depends(get_log_tail)]

@@ -7,7 +7,8 @@ middleware answers the requests the route would accept, the overwhelming majorit
 directly from the ASGI scope:
 
 * the method is GET, the path ``/recommend``, ``user_id`` and ``k`` are valid by the
-  route's own rules (``k`` written as plain digits);
+  route's own rules (``k`` written as plain digits), and no ``after`` position asks it
+  to wait for the event log;
 * the caller is allowed exactly as ``service.api.access.authorize`` allows it: the
   service is open, the route is public, or a ``Bearer`` key with the ``read`` right;
 * the recommendation is quick to compute (``Recommender.is_quick``).
@@ -104,7 +105,8 @@ class RecommendFastPath:
                 "source": result.source,
             }
         )
-        return 200, body, []
+        position = str(state.driftline.learner.applied).encode()
+        return 200, body, [(b"x-driftline-position", position)]
 
     async def _recommend(self, recommender: Recommender, user_id: str, k: int) -> Recommendation:
         """``recommender.recommend``, on the search thread when an item index serves it.
@@ -125,6 +127,8 @@ def _query(scope: Scope) -> tuple[str, int] | None:
     ``k`` only as plain digits, leaving pydantic's other integer spellings to the route.
     """
     params = QueryParams(scope["query_string"])
+    if "after" in params:
+        return None
     user_id = params.get("user_id")
     if user_id is None or not 1 <= len(user_id) <= 256 or not _IDENTIFIER.match(user_id):
         return None

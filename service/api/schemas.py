@@ -38,6 +38,10 @@ class ErrorPublic(BaseModel):
 class IngestResult(BaseModel):
     accepted: int
     duplicates: int
+    position: int = Field(
+        description="The event log's position after this batch: pass it as "
+        "/recommend?after= on any replica to read this batch's effect there."
+    )
 
 
 class ScoredItem(BaseModel):
@@ -299,6 +303,11 @@ class HealthPublic(BaseModel):
     events_stored: int | None = None
     kafka: dict[str, Any] | None = Field(
         None, description="The consumer's state, when the server consumes from Kafka."
+    )
+    cluster: dict[str, Any] | None = Field(
+        None,
+        description="This replica in the cluster: replica_id, leader (whether it leads), "
+        "leader_id, fencing_token, applied_position, log_position, log_lag_events.",
     )
 
 

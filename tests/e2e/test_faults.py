@@ -73,7 +73,7 @@ def test_a_lost_database_is_a_503_stores_nothing_and_recovers_by_itself(
             with httpx.Client(base_url=server.url, timeout=30) as http:
                 first = _batch("before")
                 answer = http.post("/ingest", json={"events": first})
-                assert answer.json() == {"accepted": BATCH, "duplicates": 0}
+                assert answer.json()["accepted"] == BATCH and answer.json()["duplicates"] == 0
                 acknowledged.append(first)
 
                 proxy.cut()
@@ -93,7 +93,9 @@ def test_a_lost_database_is_a_503_stores_nothing_and_recovers_by_itself(
                     batch = _batch(f"after{attempt}")
                     answer = http.post("/ingest", json={"events": batch})
                     if answer.status_code == 200:
-                        assert answer.json() == {"accepted": BATCH, "duplicates": 0}
+                        assert (
+                            answer.json()["accepted"] == BATCH and answer.json()["duplicates"] == 0
+                        )
                         acknowledged.append(batch)
                         break
                     assert answer.status_code == 503, answer.text

@@ -32,19 +32,28 @@ def _stored(client: TestClient) -> int:
 
 def test_ingest_stores_events_and_counts_duplicates(client: TestClient) -> None:
     batch = {"events": [_event(i) for i in range(20)]}
-    assert client.post("/ingest", json=batch).json() == {"accepted": 20, "duplicates": 0}
-    assert client.post("/ingest", json=batch).json() == {"accepted": 0, "duplicates": 20}
+    assert client.post("/ingest", json=batch).json() == {
+        "accepted": 20,
+        "duplicates": 0,
+        "position": 20,
+    }
+    # A repeat stores nothing: the log stands where it stood.
+    assert client.post("/ingest", json=batch).json() == {
+        "accepted": 0,
+        "duplicates": 20,
+        "position": 20,
+    }
     assert _stored(client) == 20
 
 
 def test_duplicate_ids_inside_one_batch_are_stored_once(client: TestClient) -> None:
     batch = {"events": [_event(1), _event(1), _event(2)]}
-    assert client.post("/ingest", json=batch).json() == {"accepted": 2, "duplicates": 1}
+    assert _counts(client.post("/ingest", json=batch).json()) == (2, 1)
 
 
 def test_events_without_ids_and_ratings_are_accepted(client: TestClient) -> None:
     batch = {"events": [{"user_id": "a", "item_id": "b"}, {"user_id": "a", "item_id": "c"}]}
-    assert client.post("/ingest", json=batch).json() == {"accepted": 2, "duplicates": 0}
+    assert _counts(client.post("/ingest", json=batch).json()) == (2, 0)
 
 
 @pytest.mark.parametrize(
@@ -296,3 +305,7 @@ def test_the_served_app_takes_its_start_up_objects_out_of_garbage_collection(
             assert client.get("/healthz").status_code == 200
     finally:
         gc.unfreeze()
+
+
+def _counts(result: dict) -> tuple[int, int]:
+    return result["accepted"], result["duplicates"]

@@ -36,6 +36,7 @@ def healthz(reads: ReadsDep, db: DatabaseDep, request: Request) -> JSONResponse:
         "retrain_job_running": reads.running_job_id,
         "retrain_policy": reads.policy_status(),
         "prequential": reads.accuracy_summary(),
+        "cluster": reads.cluster_status(),
     }
     consumer = getattr(request.app.state, "consumer", None)
     if consumer is not None:
@@ -71,5 +72,9 @@ def _answer(body: dict[str, Any], status_code: int) -> JSONResponse:
         }
     },
 )
-def metrics(registry: MetricsDep) -> Response:
+def metrics(registry: MetricsDep, reads: ReadsDep) -> Response:
+    cluster = reads.cluster_status()
+    registry.leader.set(1 if cluster["leader"] else 0)
+    registry.log_lag_events.set(cluster["log_lag_events"])
+    registry.log_applied_position.set(cluster["applied_position"])
     return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)

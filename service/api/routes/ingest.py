@@ -164,7 +164,9 @@ async def ingest(
         if item_cap is not None:  # nothing was stored: the batch may be retried
             item_cap.give_back(principal, [event.item_id for event in events])
         raise
-    return IngestResult(accepted=outcome.accepted, duplicates=outcome.duplicates)
+    return IngestResult(
+        accepted=outcome.accepted, duplicates=outcome.duplicates, position=outcome.position
+    )
 
 
 #: ``IngestBatch`` is only referenced from ``openapi_extra``; naming it here keeps it in

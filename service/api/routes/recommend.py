@@ -16,7 +16,7 @@ import orjson
 from fastapi import APIRouter, Depends, Query, Response
 from fastapi.concurrency import run_in_threadpool
 
-from service.api.deps import RecommenderDep
+from service.api.deps import LogTailDep, RecommenderDep, SettingsDep
 from service.api.limits import limit_recommend
 from service.api.schemas import RecommendationPublic, answers
 from service.ingest.validation import IDENTIFIER_PATTERN
@@ -32,9 +32,22 @@ router = APIRouter(tags=["serving"])
 )
 async def recommend(
     recommender: RecommenderDep,
+    tail: LogTailDep,
+    settings: SettingsDep,
     user_id: Annotated[str, Query(min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN)],
     k: Annotated[int, Query(ge=1, le=1000)] = 10,
+    after: Annotated[
+        int | None,
+        Query(
+            ge=0,
+            description="A position /ingest returned: wait (at most READ_WAIT_MAX_S) until "
+            "this replica has applied the event log up to it, so the answer reflects "
+            "that batch. The X-Driftline-Position header says where the answer stands.",
+        ),
+    ] = None,
 ) -> Response:
+    if after is not None and tail.applied() < after:
+        await run_in_threadpool(tail.wait_for, after, settings.read_wait_max_s)
     if recommender.is_quick:
         result = recommender.recommend(user_id, k)
     else:  # every item of a large catalogue scored: keep the event loop free meanwhile
@@ -45,4 +58,8 @@ async def recommend(
         "model_version": result.model_version,
         "source": result.source,
     }
-    return Response(orjson.dumps(body), media_type="application/json")
+    return Response(
+        orjson.dumps(body),
+        media_type="application/json",
+        headers={"X-Driftline-Position": str(tail.applied())},
+    )
