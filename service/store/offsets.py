@@ -14,6 +14,7 @@ from typing import Any
 
 from sqlalchemy import Connection, Table, func, select
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.sql.expression import ColumnElement
 
 from service.store.tables import consumer_offsets, dead_letters
 
@@ -44,15 +45,30 @@ def load_offsets(conn: Connection, topic: str) -> dict[int, int]:
     return {int(p): int(o) for p, o in conn.execute(query)}
 
 
+def _larger(dialect: str, a: Any, b: Any) -> ColumnElement[Any]:
+    """The larger of two values: GREATEST on PostgreSQL, two-argument MAX on SQLite."""
+    return func.greatest(a, b) if dialect == "postgresql" else func.max(a, b)
+
+
 def save_offsets(conn: Connection, topic: str, offsets: Mapping[int, int]) -> None:
-    """Record ``partition → next offset``; run in the transaction that stored the events."""
+    """Record ``partition → next offset``; run in the transaction that stored the events.
+
+    An offset never moves backwards: during a rebalance the partition's old owner may
+    commit a late batch after the new owner has stored a later one.
+    """
     if not offsets:
         return
-    insert = _UPSERT[conn.dialect.name](consumer_offsets)
+    dialect = conn.dialect.name
+    insert = _UPSERT[dialect](consumer_offsets)
     now = time.time()
     statement = insert.on_conflict_do_update(
         index_elements=["topic", "partition"],
-        set_={"next_offset": insert.excluded.next_offset, "updated_at": now},
+        set_={
+            "next_offset": _larger(
+                dialect, consumer_offsets.c.next_offset, insert.excluded.next_offset
+            ),
+            "updated_at": now,
+        },
     )
     conn.execute(
         statement,
