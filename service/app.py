@@ -67,8 +67,8 @@ def consumer_for(driftline: Driftline) -> EventConsumer:
         driftline,
         settings.kafka_bootstrap,
         settings.kafka_topic,
-        replica=settings.kafka_replica,
-        replicas=settings.kafka_replicas,
+        group=settings.kafka_group,
+        session_timeout_ms=settings.kafka_session_timeout_ms,
     )
 
 

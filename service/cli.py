@@ -68,7 +68,7 @@ app = typer.Typer(
 
 
 #: Short names kept from earlier releases.
-_ALIASES = {"kafka_replica": ("--replica",), "kafka_replicas": ("--replicas",)}
+_ALIASES: dict[str, tuple[str, ...]] = {}
 
 
 def _settings(**flags: Any) -> Settings:

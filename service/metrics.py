@@ -102,8 +102,9 @@ class Metrics:
         )
         self.consumer_lag = Gauge(
             "driftline_consumer_lag",
-            "Messages in the partition not yet stored.",
-            ["partition"],
+            "Messages in the partition not yet stored, by the replica that owns it now "
+            "(hostname-pid).",
+            ["partition", "replica"],
             registry=r,
         )
         self.request_seconds = Histogram(

@@ -5,8 +5,9 @@
   offsets, prequential evaluation). ``kafka_events_per_s`` is messages / seconds from the
   consumer's start until the last one is durable, with one consumer;
   ``kafka_2_replicas_events_per_s`` the same with two ``driftline consume`` processes
-  splitting the partitions (one per core), timed from the moment both have their
-  partitions of an empty topic, which is then filled while they consume. Beside them,
+  in one consumer group splitting the partitions (one per core), timed from the moment
+  the group has shared out the partitions of an empty topic, which is then filled while
+  they consume. Beside them,
   in the same run: a bare kafka-python loop that only reads the same messages (the
   client's ceiling).
 * HTTP: a real ``driftline serve`` process; ``clients`` threads post batches of 500 at
@@ -80,12 +81,30 @@ def _stored(db: Database) -> int:
         return count_events(conn)
 
 
+def _group_settled(logs: list[Path], partitions: int) -> bool:
+    """Whether each replica's latest assignment (its log's last "now owns" line) is
+    non-empty and together they cover the topic's partitions once."""
+    owned: list[str] = []
+    for log in logs:
+        lines = [
+            line
+            for line in (log.read_text() if log.exists() else "").splitlines()
+            if " now owns " in line
+        ]
+        if not lines or lines[-1].rstrip().endswith("[]"):
+            return False
+        shown = lines[-1].split("partitions [", 1)[1].split("]", 1)[0]
+        owned += [p.strip() for p in shown.split(",")]
+    return sorted(owned) == sorted(str(p) for p in range(partitions))
+
+
 def _kafka_replicas(bootstrap: str, stream: RatingStream, workdir: Path, replicas: int) -> float:
     """Events/s of ``replicas`` ``driftline consume`` processes sharing one store.
 
-    The replicas start on an empty topic of their own; the clock starts once every
-    replica has its partitions, and only then is the topic filled, so process start-up
-    is not part of the figure and every event is timed.
+    The replicas join one consumer group on an empty topic of their own; the clock
+    starts once the group has settled (every replica owns partitions, all of them
+    shared out), and only then is the topic filled, so process start-up and the
+    rebalances are not part of the figure and every event is timed.
     """
     topic, total = "events-replicas", len(stream)
     create_topic(bootstrap, topic, partitions=4)
@@ -96,8 +115,8 @@ def _kafka_replicas(bootstrap: str, stream: RatingStream, workdir: Path, replica
     processes = [
         subprocess.Popen(
             [sys.executable, "-m", "service", "consume", "--kafka-bootstrap", bootstrap]
-            + ["--kafka-topic", topic]
-            + ["--replica", str(i), "--replicas", str(replicas), "--data-dir", str(data_dir)],
+            + ["--kafka-topic", topic, "--kafka-group", f"bench-{replicas}"]
+            + ["--data-dir", str(data_dir)],
             stdout=log.open("wb"),
             stderr=subprocess.STDOUT,
             env=env,
@@ -105,7 +124,7 @@ def _kafka_replicas(bootstrap: str, stream: RatingStream, workdir: Path, replica
         for i, log in enumerate(logs)
     ]
     try:
-        while not all(log.exists() and "consuming" in log.read_text() for log in logs):
+        while not _group_settled(logs, partitions=4):
             if any(p.poll() is not None for p in processes):
                 raise RuntimeError(f"a consumer replica exited; see {data_dir}")
             time.sleep(0.01)

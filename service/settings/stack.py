@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Literal, Self
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic import BaseModel, Field, SecretStr, field_validator
 
 
 class StackSettings(BaseModel):
@@ -28,10 +28,20 @@ class StackSettings(BaseModel):
     # Kafka ingestion (off unless a bootstrap server is given).
     kafka_bootstrap: str | None = Field(None, description="HOST:PORT of a Kafka broker.")
     kafka_topic: str = Field("events", description="Topic to consume.")
-    kafka_replica: int = Field(
-        0, ge=0, description="This replica's number, from 0 (Kafka partitions p % replicas)."
+    kafka_group: str = Field(
+        "driftline",
+        min_length=1,
+        description="Consumer group the consume replicas join; Kafka shares the topic's "
+        "partitions among its members.",
     )
-    kafka_replicas: int = Field(1, ge=1, description="How many replicas split the topic.")
+    kafka_session_timeout_ms: int = Field(
+        10_000,
+        ge=1_000,
+        le=300_000,
+        description="How long the group waits for a silent replica (killed, hung) before "
+        "giving its partitions to the others; heartbeats go every sixth of it.",
+    )
+    kafka_replica: int = Field(0, ge=0, description="Unused; kept for old configs.")
     metrics_port: int | None = Field(
         None,
         ge=1,
@@ -85,15 +95,6 @@ class StackSettings(BaseModel):
         if shown is not None and not str(shown).lower().startswith(("http://", "https://")):
             raise ValueError("must be an http:// or https:// URL")
         return value
-
-    @model_validator(mode="after")
-    def _check_replicas(self) -> Self:
-        if self.kafka_replica >= self.kafka_replicas:
-            raise ValueError(
-                f"kafka_replica ({self.kafka_replica}) must be below kafka_replicas "
-                f"({self.kafka_replicas})"
-            )
-        return self
 
     @property
     def resolved_database_url(self) -> str:

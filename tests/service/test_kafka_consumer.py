@@ -1,25 +1,27 @@
-"""The Kafka consumer against a real broker: exactly-once into the store, dead letters."""
+"""The Kafka consumer against a real broker: a consumer group, exactly-once into the store,
+dead letters; and stored offsets that never move backwards."""
 
 from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
+from sqlalchemy import select
 
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.launcher import free_port
 from service.ingest.kafka import EventConsumer
 from service.settings import Settings
+from service.store import Database
 from service.store.events import count_events
-from service.store.offsets import count_dead_letters, list_dead_letters, load_offsets
+from service.store.offsets import count_dead_letters, list_dead_letters, load_offsets, save_offsets
+from service.store.tables import events as events_table
 from service.wiring import Driftline, build_driftline
-from tests.support.kafka import events, produce
-
-pytestmark = pytest.mark.slow
+from tests.support.kafka import events, produce, produce_slowly
 
 MALFORMED = [
     b"{not json",
@@ -30,6 +32,9 @@ MALFORMED = [
     b'{"user_id": "u", "item_id": "i", "colour": "red"}',
 ]
 
+#: Short group timeouts keep the tests quick; the defaults suit production.
+SESSION_TIMEOUT_MS = 6_000
+
 
 @pytest.fixture
 def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
@@ -37,26 +42,61 @@ def broker(tmp_path: Path) -> Iterator[EmbeddedBroker]:
         yield b
 
 
+@pytest.fixture
+def broker4(tmp_path: Path) -> Iterator[EmbeddedBroker]:
+    with EmbeddedBroker(port=free_port(), partitions=4, log_path=tmp_path / "broker.log") as b:
+        yield b
+
+
 def _pipeline(tmp_path: Path) -> Driftline:
-    return build_driftline(Settings(data_dir=tmp_path / "data", retrain_enabled=False))
+    return build_driftline(
+        Settings(
+            data_dir=tmp_path / "data",
+            retrain_enabled=False,
+            kafka_session_timeout_ms=SESSION_TIMEOUT_MS,
+        )
+    )
 
 
-def _consume_until(consumer: EventConsumer, done, timeout: float = 60.0) -> None:  # type: ignore[no-untyped-def]
+def _start(consumer: EventConsumer) -> threading.Thread:
     thread = threading.Thread(target=consumer.run, daemon=True)
     thread.start()
+    return thread
+
+
+def _wait_for(done: Callable[[], bool], timeout: float = 60.0, what: str = "catch up") -> None:
     deadline = time.monotonic() + timeout
-    try:
-        while not done():
-            assert time.monotonic() < deadline, "consumer did not catch up in time"
-            time.sleep(0.1)
-    finally:
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting to {what}"
+        time.sleep(0.1)
+
+
+def _stop(*running: tuple[EventConsumer, threading.Thread]) -> None:
+    for consumer, _ in running:
         consumer.stop()
+    for _, thread in running:
         thread.join(timeout=30)
+        assert not thread.is_alive(), "run() did not return after stop()"
+
+
+def _consume_until(
+    consumer: EventConsumer, done: Callable[[], bool], timeout: float = 60.0
+) -> None:
+    thread = _start(consumer)
+    try:
+        _wait_for(done, timeout)
+    finally:
+        _stop((consumer, thread))
 
 
 def _stored(pipeline: Driftline) -> int:
     with pipeline.db.connect() as conn:
         return count_events(conn)
+
+
+def _event_ids(pipeline: Driftline) -> list[str]:
+    with pipeline.db.connect() as conn:
+        return list(conn.scalars(select(events_table.c.event_id)))
 
 
 def _log_ends(bootstrap: str, topic: str) -> dict[int, int]:
@@ -75,6 +115,20 @@ def _log_ends(bootstrap: str, topic: str) -> dict[int, int]:
         consumer.close()
 
 
+def test_stored_offsets_never_move_backwards(database_url: str) -> None:
+    db = Database(database_url)
+    try:
+        with db.begin() as conn:
+            save_offsets(conn, "events", {0: 100, 1: 50})
+        with db.begin() as conn:  # a late batch of the partition's previous owner
+            save_offsets(conn, "events", {0: 80, 1: 60, 2: 5})
+        with db.connect() as conn:
+            assert load_offsets(conn, "events") == {0: 100, 1: 60, 2: 5}
+    finally:
+        db.dispose()
+
+
+@pytest.mark.slow
 def test_every_message_is_stored_once_and_bad_ones_become_dead_letters(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
@@ -94,13 +148,23 @@ def test_every_message_is_stored_once_and_bad_ones_become_dead_letters(
     assert "driftline_dead_letters_total 6.0" in pipeline.metrics.render().decode()
 
     # A restarted consumer resumes from the stored offsets: nothing is read twice.
-    again = EventConsumer(_pipeline(tmp_path), broker.bootstrap, "events")
+    again_pipeline = _pipeline(tmp_path)
+    again = EventConsumer(again_pipeline, broker.bootstrap, "events", replica="again")
     produce(broker.bootstrap, "events", events(1_500, 1_600))
-    _consume_until(again, lambda: again.state.consumed == 100)
+    _consume_until(
+        again,
+        lambda: (
+            again.state.consumed == 100
+            and len(again.state.lag) == 3
+            and set(again.state.lag.values()) == {0}
+        ),
+    )
     assert _stored(pipeline) == 1_600
-    assert again.state.lag and set(again.state.lag.values()) == {0}
+    metrics = again_pipeline.metrics.render().decode()
+    assert 'driftline_consumer_lag{partition="0",replica="again"} 0.0' not in metrics  # left
 
 
+@pytest.mark.slow
 def test_messages_without_ids_get_their_offset_as_id(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
@@ -110,27 +174,75 @@ def test_messages_without_ids_get_their_offset_as_id(
     consumer = EventConsumer(pipeline, broker.bootstrap, "events")
     _consume_until(consumer, lambda: consumer.state.consumed == 50)
     assert _stored(pipeline) == 50
+    assert all(i.startswith("events-") for i in _event_ids(pipeline))
 
 
-def test_replicas_split_the_partitions(broker: EmbeddedBroker, tmp_path: Path) -> None:
-    produce(broker.bootstrap, "events", events(0, 300), key=None)
+@pytest.mark.slow
+def test_two_consumers_in_a_group_split_the_partitions_and_store_each_event_once(
+    broker4: EmbeddedBroker, tmp_path: Path
+) -> None:
+    total = 2_000
+    produce(broker4.bootstrap, "events", events(0, total), key=None)
     pipeline = _pipeline(tmp_path)
-    first = EventConsumer(pipeline, broker.bootstrap, "events", replica=0, replicas=2)
-    second = EventConsumer(pipeline, broker.bootstrap, "events", replica=1, replicas=2)
-    threads = [threading.Thread(target=c.run, daemon=True) for c in (first, second)]
-    for thread in threads:
-        thread.start()
-    deadline = time.monotonic() + 60
-    while _stored(pipeline) < 300 and time.monotonic() < deadline:
-        time.sleep(0.1)
-    for consumer, thread in zip((first, second), threads, strict=True):
-        consumer.stop()
-        thread.join(timeout=30)
-    assert set(first.state.partitions) == {0, 2} and second.state.partitions == [1]
-    assert first.state.consumed > 0 and second.state.consumed > 0
-    assert first.state.consumed + second.state.consumed == _stored(pipeline) == 300
+    first = EventConsumer(pipeline, broker4.bootstrap, "events", replica="first")
+    second = EventConsumer(pipeline, broker4.bootstrap, "events", replica="second")
+    running = [(first, _start(first)), (second, _start(second))]
+    try:
+        _wait_for(
+            lambda: (
+                _stored(pipeline) == total
+                and len(first.state.partitions) == len(second.state.partitions) == 2
+            )
+        )
+        owned = (set(first.state.partitions), set(second.state.partitions))
+        lags = pipeline.metrics.render().decode()
+    finally:
+        _stop(*running)
+    assert owned[0] | owned[1] == {0, 1, 2, 3} and not owned[0] & owned[1]
+    # Every message was stored by exactly one of them, once.
+    assert first.state.consumed + second.state.consumed == total
+    assert sorted(_event_ids(pipeline)) == sorted(e["event_id"] for e in events(0, total))
+    with pipeline.db.connect() as conn:
+        assert sum(load_offsets(conn, "events").values()) == total
+    for replica, partitions in zip(("first", "second"), owned, strict=True):
+        for p in partitions:
+            assert f'driftline_consumer_lag{{partition="{p}",replica="{replica}"}}' in lags
 
 
+@pytest.mark.slow
+def test_a_consumer_joining_mid_stream_takes_partitions_without_loss_or_duplicates(
+    broker4: EmbeddedBroker, tmp_path: Path
+) -> None:
+    total = 12_000
+    producer = threading.Thread(
+        target=produce_slowly, args=(broker4.bootstrap, "events", events(0, total), 500, 0.25)
+    )
+    producer.start()
+    pipeline = _pipeline(tmp_path)
+    first = EventConsumer(pipeline, broker4.bootstrap, "events", replica="first")
+    running = [(first, _start(first))]
+    try:
+        _wait_for(lambda: _stored(pipeline) >= 2_000, what="store the first events")
+        assert first.state.partitions == [0, 1, 2, 3]
+        second = EventConsumer(pipeline, broker4.bootstrap, "events", replica="second")
+        running.append((second, _start(second)))
+        _wait_for(lambda: len(second.state.partitions) == 2, what="rebalance")
+        assert _stored(pipeline) < total, "the stream ended before the rebalance"
+        producer.join()
+        _wait_for(lambda: _stored(pipeline) == total)
+        owned = (set(first.state.partitions), set(second.state.partitions))
+    finally:
+        producer.join()
+        _stop(*running)
+    assert owned[0] | owned[1] == {0, 1, 2, 3} and not owned[0] & owned[1]
+    assert second.state.consumed > 0
+    assert first.state.consumed + second.state.consumed == total
+    assert sorted(_event_ids(pipeline)) == sorted(e["event_id"] for e in events(0, total))
+    with pipeline.db.connect() as conn:
+        assert sum(load_offsets(conn, "events").values()) == total
+
+
+@pytest.mark.slow
 def test_a_recreated_topic_is_read_from_the_start(tmp_path: Path) -> None:
     port = free_port()
     pipeline = _pipeline(tmp_path)

@@ -31,7 +31,8 @@ def test_environment_variables_fill_settings_and_none_unsets(
         ({"retrain_budget_usd": 0}, "retrain_budget_usd"),
         ({"retrain_sync_ratio": 1.5}, "retrain_sync_ratio"),
         ({"rating_min": 5, "rating_max": 1}, "rating_min"),
-        ({"kafka_replica": 2, "kafka_replicas": 2}, "kafka_replica"),
+        ({"kafka_session_timeout_ms": 100}, "kafka_session_timeout_ms"),
+        ({"kafka_group": ""}, "kafka_group"),
         ({"drift_detector": "cusum"}, "drift_detector"),
     ],
 )

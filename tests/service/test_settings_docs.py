@@ -102,7 +102,7 @@ def test_settings_takes_every_flag_serve_does() -> None:
         params = group.get_command(None, command).params  # type: ignore[attr-defined]
         return {flag for param in params for flag in param.opts + param.secondary_opts}
 
-    assert {"--retrain-workers", "--no-insecure", "--replicas"} <= flags("serve")
+    assert {"--retrain-workers", "--no-insecure", "--kafka-group"} <= flags("serve")
     assert flags("serve") <= flags("settings")
     assert CliRunner().invoke(app, ["settings", "--retrain-sync", "sometimes"]).exit_code == 2
 

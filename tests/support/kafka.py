@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 
 from kafka import KafkaProducer
@@ -38,3 +39,14 @@ def events(start: int, stop: int, prefix: str = "k") -> list[dict]:
         }
         for i in range(start, stop)
     ]
+
+
+def produce_slowly(bootstrap: str, topic: str, values: list[dict], batch: int, pause: float) -> int:
+    """``produce`` in batches of ``batch`` (keyed by position) with ``pause`` seconds
+    between them: a stream that lasts while consumers join and leave."""
+    sent = 0
+    for start in range(0, len(values), batch):
+        if start:
+            time.sleep(pause)
+        sent += produce(bootstrap, topic, values[start : start + batch], key=None)
+    return sent
