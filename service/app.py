@@ -68,6 +68,7 @@ def consumer_for(driftline: Driftline) -> EventConsumer:
         settings.kafka_bootstrap,
         settings.kafka_topic,
         group=settings.kafka_group,
+        replica=settings.replica_id,  # None: <hostname>-<pid>
         session_timeout_ms=settings.kafka_session_timeout_ms,
     )
 

@@ -103,7 +103,7 @@ class Metrics:
         self.consumer_lag = Gauge(
             "driftline_consumer_lag",
             "Messages in the partition not yet stored, by the replica that owns it now "
-            "(hostname-pid).",
+            "(REPLICA_ID, or hostname-pid).",
             ["partition", "replica"],
             registry=r,
         )

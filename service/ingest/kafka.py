@@ -166,7 +166,8 @@ class EventConsumer:
     group
         The consumer group; default ``target.settings.kafka_group``.
     replica
-        This process's name in the lag metric and logs; default ``<hostname>-<pid>``.
+        This process's name in the lag metric and logs (``REPLICA_ID`` where set);
+        default ``<hostname>-<pid>``.
     max_records
         Most records stored in one batch (one transaction).
     session_timeout_ms

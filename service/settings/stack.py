@@ -41,7 +41,6 @@ class StackSettings(BaseModel):
         description="How long the group waits for a silent replica (killed, hung) before "
         "giving its partitions to the others; heartbeats go every sixth of it.",
     )
-    kafka_replica: int = Field(0, ge=0, description="Unused; kept for old configs.")
     metrics_port: int | None = Field(
         None,
         ge=1,
