@@ -107,6 +107,21 @@ class Metrics:
             ["partition", "replica"],
             registry=r,
         )
+        self.leader = Gauge(
+            "driftline_leader",
+            "1 while this replica leads the cluster (drift monitor writes, jobs), else 0.",
+            registry=r,
+        )
+        self.log_lag_events = Gauge(
+            "driftline_log_lag_events",
+            "Events other replicas stored that this replica has not applied yet.",
+            registry=r,
+        )
+        self.log_applied_position = Gauge(
+            "driftline_log_applied_position",
+            "The newest event id (log position) this replica has learnt.",
+            registry=r,
+        )
         self.request_seconds = Histogram(
             "driftline_request_seconds", "Request latency.", ["route"], registry=r
         )
