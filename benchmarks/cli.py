@@ -52,7 +52,9 @@ def demo(
     limit: Annotated[
         int | None, typer.Option(help="Replay only the first N ratings (shorter demo).")
     ] = None,
-    batch_size: Annotated[int, typer.Option(help="Events per POST /ingest.")] = 500,
+    batch_size: Annotated[
+        int, typer.Option(min=1, help="Most events per POST /ingest or per replay step.")
+    ] = 500,
     user: Annotated[str | None, typer.Option(help="User whose top 10 to show.")] = None,
     kafka: Annotated[
         bool, typer.Option("--kafka", help="Replay through an embedded Kafka broker.")
@@ -64,11 +66,19 @@ def demo(
             help="Plant a taste inversion of 30 % of users at 60 % of the stream.",
         ),
     ] = True,
+    rate: Annotated[
+        float,
+        typer.Option(
+            min=1.0,
+            help="Events per second the ratings are replayed at, steadily, whatever jobs "
+            "are running (about 40 s for MovieLens at 2,500).",
+        ),
+    ] = 2_500.0,
 ) -> None:
     """Replay MovieLens through a live service and summarise what happened."""
     from benchmarks.demo import run_demo
 
-    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka, drift=drift)
+    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka, drift=drift, rate=rate)
 
 
 @tooling.command()

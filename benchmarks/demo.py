@@ -14,97 +14,165 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import numpy as np
 from kafka import KafkaProducer
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TaskID,
+    TimeElapsedColumn,
+)
 from rich.table import Table
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
 from benchmarks.launcher import ServerProcess, free_port
+from benchmarks.replay import pace
 from benchmarks.scenarios import plant
+from benchmarks.traces import make_trace
 from drift.ranking import RankingSampler
 from service.settings import Settings
 
-#: Longest wait for a running job before the next batch: the service retrains off the
-#: ingest path, but a replay hundreds of times faster than the real stream would
-#: otherwise outrun every job and the demo would show versions that arrive too late.
-PACE_TIMEOUT_S = 10.0
+#: Events per second both demos replay at unless ``--rate`` says otherwise, steadily and
+#: without waiting for jobs, as a topic does not wait. The loop's latency in events is a
+#: job's seconds times the rate: on two shared cores at 2,500 events/s (about 40 s for
+#: MovieLens) the alert came 4,500-5,500 events after the onset and drift versions served
+#: within the stream on both paths; at 5,000 the Kafka path's drift job (16 s beside the
+#: consumer) published after the last event.
+DEFAULT_RATE = 2_500.0
+#: Longest an event may wait past its due time before the summary says the replay (or
+#: the service behind it) fell behind the stated rate.
+LAG_TOLERANCE_S = 1.0
+#: Seconds between looks at how many events the service has stored (Kafka's progress).
+_STORED_EVERY_S = 0.5
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """How a demo's replay went: ``rate`` asked, ``achieved`` over the sending, and how
+    far the service was behind (events sent but not yet stored; for HTTP, 0: a POST is
+    answered once its events are stored)."""
+
+    events: int
+    rate: float
+    seconds: float
+    max_delay_s: float
+    max_behind_events: int
+    drained_s: float
+
+    @property
+    def achieved(self) -> float:
+        return self.events / self.seconds if self.seconds > 0 else math.inf
+
+    @property
+    def kept_up(self) -> bool:
+        return self.max_delay_s <= LAG_TOLERANCE_S
+
+    def lines(self, through: str) -> list[str]:
+        lines = [
+            f"replayed {self.events:,} events {through} at {self.achieved:,.0f} events/s "
+            f"(asked {self.rate:,.0f}) in {self.seconds:.1f} s, waiting for no job"
+        ]
+        if self.max_behind_events:
+            lines.append(
+                f"the service was at most {self.max_behind_events:,} events behind the topic "
+                f"and had stored the last {self.drained_s:.1f} s after it was sent"
+            )
+        if not self.kept_up:
+            lines.append(
+                f"fell behind the stated rate: an event waited up to {self.max_delay_s:.1f} s "
+                "past its due time (the service or this machine could not keep up)"
+            )
+        return lines
 
 
 def replay(
-    client: httpx.Client, stream: RatingStream, batch_size: int, river: RiverTrack
-) -> np.ndarray:
-    """Send ``stream`` in batches with a progress bar; river learns the same events.
+    client: httpx.Client, stream: RatingStream, rate: float, batch_size: int = 500
+) -> Replayed:
+    """``POST /ingest`` the stream at ``rate`` events/s, in batches of at most
+    ``batch_size``, with a progress bar. Nothing waits for jobs: the stream goes on
+    while they run, as a real one does."""
 
-    Returns river's predictions (made before it learnt each event).
-    """
-    predictions = []
-    columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn()) as progress:
-        task = progress.add_task("replaying ratings", total=len(stream))
-        for start in range(0, len(stream), batch_size):
-            events = stream.events(start, start + batch_size)
-            response = client.post("/ingest", json={"events": events})
-            response.raise_for_status()
-            stop = start + len(events)
-            predictions.append(
-                river.process(
-                    stream.user_ids[start:stop],
-                    stream.item_ids[start:stop],
-                    stream.ratings[start:stop],
-                    stream.timestamps[start:stop],
-                )
-            )
-            progress.update(task, advance=len(events))
-            wait_for_jobs(client, timeout=PACE_TIMEOUT_S)
-    return np.concatenate(predictions) if predictions else np.empty(0)
+    def send(start: int, stop: int) -> None:
+        client.post("/ingest", json={"events": stream.events(start, stop)}).raise_for_status()
+
+    with _bar("replaying ratings", len(stream)) as (progress, task):
+        paced = pace(
+            make_trace("constant", rate=rate),
+            len(stream),
+            batch_size,
+            send,
+            on_batch=lambda sent, _: progress.update(task, completed=sent),
+        )
+    return Replayed(len(stream), rate, paced.seconds, paced.max_delay_s, 0, 0.0)
 
 
 def replay_kafka(
-    client: httpx.Client, bootstrap: str, stream: RatingStream, batch_size: int, river: RiverTrack
-) -> np.ndarray:
-    """Produce ``stream`` to the topic the service consumes; river learns it meanwhile.
+    client: httpx.Client, bootstrap: str, stream: RatingStream, rate: float, batch_size: int = 500
+) -> Replayed:
+    """Produce the stream to the topic the service consumes at ``rate`` events/s.
 
-    The bar counts events the service has made durable, not messages sent. Returns
-    river's predictions.
+    The bar counts events the service has made durable, not messages sent; how far the
+    consumer fell behind the topic is measured on the way.
     """
-    predictions = []
-    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=10)
-    columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
-    with Progress(*columns, TimeElapsedColumn()) as progress:
-        task = progress.add_task("replaying ratings through Kafka", total=len(stream))
-        for start in range(0, len(stream), batch_size):
-            stop = min(start + batch_size, len(stream))
+    producer = KafkaProducer(bootstrap_servers=bootstrap, acks="all", linger_ms=5)
+    behind = {"most": 0, "looked": 0.0}
+
+    def stored() -> int:
+        return int(client.get("/healthz").json()["events_stored"])
+
+    with _bar("replaying ratings through Kafka", len(stream)) as (progress, task):
+
+        def send(start: int, stop: int) -> None:
             for event in stream.events(start, stop):
                 producer.send(
                     "events", key=event["user_id"].encode(), value=json.dumps(event).encode()
                 )
-            predictions.append(
-                river.process(
-                    stream.user_ids[start:stop],
-                    stream.item_ids[start:stop],
-                    stream.ratings[start:stop],
-                    stream.timestamps[start:stop],
-                )
-            )
-            progress.update(task, completed=client.get("/healthz").json()["events_stored"])
+
+        def on_batch(sent: int, elapsed: float) -> None:
+            if elapsed - behind["looked"] < _STORED_EVERY_S:
+                return
+            behind["looked"] = elapsed
+            done = stored()
+            behind["most"] = max(behind["most"], sent - done)
+            progress.update(task, completed=done)
+
+        paced = pace(
+            make_trace("constant", rate=rate), len(stream), batch_size, send, on_batch=on_batch
+        )
         producer.flush()
         producer.close()
-        stored = 0
-        while stored < len(stream):
-            stored = client.get("/healthz").json()["events_stored"]
-            progress.update(task, completed=stored)
-            time.sleep(0.2)
-    return np.concatenate(predictions) if predictions else np.empty(0)
+        sent_at = time.monotonic()
+        done = stored()
+        while done < len(stream):
+            behind["most"] = max(behind["most"], len(stream) - done)
+            progress.update(task, completed=done)
+            time.sleep(0.1)
+            done = stored()
+        progress.update(task, completed=done)
+    drained = time.monotonic() - sent_at
+    return Replayed(
+        len(stream), rate, paced.seconds, paced.max_delay_s, int(behind["most"]), drained
+    )
+
+
+@contextlib.contextmanager
+def _bar(label: str, total: int) -> Iterator[tuple[Progress, TaskID]]:
+    columns = (*Progress.get_default_columns()[:1], BarColumn(), MofNCompleteColumn())
+    with Progress(*columns, TimeElapsedColumn()) as progress:
+        yield progress, progress.add_task(label, total=total)
 
 
 def wait_for_jobs(client: httpx.Client, timeout: float = 120.0) -> None:
@@ -241,7 +309,9 @@ def _pooled_rate(beats: list[dict], key: str) -> str:
     return f"{(rates * weights).sum() / weights.sum():.3f}"
 
 
-def summary_table(client: httpx.Client, events: int, river: RiverTrack) -> Table:
+def summary_table(
+    client: httpx.Client, events: int, river: RiverTrack, replayed: Replayed | None = None
+) -> Table:
     health = client.get("/healthz").json()
     prequential = health["prequential"]
     jobs = client.get("/jobs").json()["jobs"]
@@ -249,6 +319,11 @@ def summary_table(client: httpx.Client, events: int, river: RiverTrack) -> Table
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("events replayed", f"{events:,}")
+    if replayed is not None:
+        table.add_row(
+            "replay rate (asked, achieved)",
+            f"{replayed.rate:,.0f}, {replayed.achieved:,.0f} events/s",
+        )
     for label, track in (("Driftline", "driftline"), ("never-retrained model", "static")):
         rmse = prequential.get(track, {}).get("rmse")
         table.add_row(f"RMSE {label}", "n/a" if rmse is None else f"{rmse:.4f}")
@@ -297,7 +372,10 @@ def run_demo(
     user: str | None = None,
     kafka: bool = False,
     drift: bool = True,
+    rate: float = DEFAULT_RATE,
 ) -> None:
+    if not (math.isfinite(rate) and rate > 0):
+        raise ValueError(f"rate must be a positive number of events per second, got {rate!r}")
     console = Console()
     stream = load_ratings(MOVIELENS_SMALL, limit=limit)
     onset = None
@@ -305,8 +383,12 @@ def run_demo(
         planted = plant("sudden", stream, at=0.6)
         stream, onset = planted.stream, planted.onset
     # river ranks the events the service ranks: the same fixed sample of liked events.
+    # It learns the stream here, before the replay, so the replay's pace is the topic's.
     settings = Settings()
     river = RiverTrack(ranking=RankingSampler(settings.ranking_sample, settings.ranking_min_rating))
+    river_predictions = river.process(
+        stream.user_ids, stream.item_ids, stream.ratings, stream.timestamps
+    )
     with contextlib.ExitStack() as stack:
         tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="driftline-demo-")))
         env: dict[str, str] = {}
@@ -321,12 +403,19 @@ def run_demo(
         client = stack.enter_context(httpx.Client(base_url=server.url, timeout=120, headers=auth))
         console.print(f"Service at {server.url} (dashboard: {server.url}/dashboard)")
         console.print(f"API key of this demo (admin; sign in to the dashboard with it): {key}")
+        through = "through Kafka" if kafka else "through POST /ingest"
+        console.print(
+            f"Replaying {len(stream):,} ratings {through} at a steady {rate:,.0f} events/s "
+            f"(about {len(stream) / rate:.0f} s); jobs run beside the stream, never waited for"
+        )
         if kafka:
-            river_predictions = replay_kafka(client, broker.bootstrap, stream, batch_size, river)
+            replayed = replay_kafka(client, broker.bootstrap, stream, rate, batch_size)
         else:
-            river_predictions = replay(client, stream, batch_size, river)
+            replayed = replay(client, stream, rate, batch_size)
+        for line in replayed.lines(through):
+            console.print(line)
         wait_for_jobs(client)
-        console.print(summary_table(client, len(stream), river))
+        console.print(summary_table(client, len(stream), river, replayed))
         if onset is not None:
             console.print(drift_table(client, onset, stream, river_predictions, river))
         chosen = user or Counter(stream.user_ids).most_common(1)[0][0]
