@@ -127,13 +127,14 @@ class Driftline:
         alerts: list[RaisedAlert] = []
         while up_to is None or self.learner.applied < up_to:
             with self.db.connect() as conn:
-                ids, events = log_after(conn, self.learner.applied, up_to, LOG_PAGE_EVENTS)
-            if not ids:
+                batches = log_after(conn, self.learner.applied, up_to, LOG_PAGE_EVENTS)
+            if not batches:
                 # Ids the log skipped (a duplicate's or a rolled-back insert's) end here.
                 if up_to is not None:
                     self.learner.applied = up_to
                 break
-            alerts += self._learn(events, ids[-1])
+            for batch in batches:  # each as the replica that stored it learnt it
+                alerts += self._learn(batch.events, batch.position)
         return alerts
 
     def _learn(self, events: Sequence[NewEvent], position: int) -> list[RaisedAlert]:

@@ -329,11 +329,29 @@ def recent_pairs(conn: Connection, limit: int | None) -> tuple[list[str], list[s
     return [row[0] for row in rows], [row[1] for row in rows]
 
 
+@dataclass(frozen=True, slots=True)
+class LogBatch:
+    """Events one transaction stored, as the log holds them: ids, oldest first."""
+
+    ids: list[int]
+    events: list[NewEvent]
+
+    @property
+    def position(self) -> int:
+        return self.ids[-1]
+
+
 def log_after(
     conn: Connection, after_id: int, up_to_id: int | None = None, limit: int = _PAGE_ROWS
-) -> tuple[list[int], list[NewEvent]]:
-    """The log from row ``after_id`` on: ids and events (labelled or not), oldest first,
-    at most ``limit``, none past ``up_to_id``; how replicas learn each other's events."""
+) -> list[LogBatch]:
+    """The log from row ``after_id`` on, in the batches that stored it, oldest first:
+    about ``limit`` events, none past ``up_to_id``; how replicas learn each other's events.
+
+    A batch's events share their ``ingested_at``. Replicas learn each stored batch as
+    one step, as the replica that stored it did, so they reach the same state; a page
+    that ends inside a batch leaves that batch to the next read (unless it is the
+    page's only one, larger than a page, and then learnt in parts).
+    """
     query = select(
         events.c.id,
         events.c.user_id,
@@ -341,11 +359,22 @@ def log_after(
         events.c.rating,
         events.c.timestamp,
         events.c.event_id,
+        events.c.ingested_at,
     ).where(events.c.id > after_id)
     if up_to_id is not None:
         query = query.where(events.c.id <= up_to_id)
     rows = conn.execute(query.order_by(events.c.id).limit(limit)).all()
-    return [int(r[0]) for r in rows], [NewEvent(r[1], r[2], r[3], r[4], r[5]) for r in rows]
+    batches: list[LogBatch] = []
+    stamp = None
+    for row in rows:
+        if row[6] != stamp or not batches:
+            batches.append(LogBatch([], []))
+            stamp = row[6]
+        batches[-1].ids.append(int(row[0]))
+        batches[-1].events.append(NewEvent(row[1], row[2], row[3], row[4], row[5]))
+    if len(rows) == limit and len(batches) > 1:
+        batches.pop()  # cut by the page: read whole next time
+    return batches
 
 
 def pairs_after(
