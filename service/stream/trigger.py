@@ -158,7 +158,10 @@ class RetrainTrigger:
 
     # -- by hand ----------------------------------------------------------------------------
     def retrain_now(self, trigger: str = "manual") -> int:
-        """Start a job by hand from the serving version; ``JobAlreadyRunning`` if one runs."""
+        """Start a job by hand from the serving version; ``JobAlreadyRunning`` if one
+        runs, ``NotLeaseHolder`` on a replica that does not lead the cluster."""
+        if not self.leading():
+            raise NotLeaseHolder("leader", None)
         return self.retrainer.request(trigger, None, base=self.learner.current, exclusive=True)
 
     # -- versions ---------------------------------------------------------------------------
