@@ -204,3 +204,19 @@ cluster_leases = Table(
     Column("expires_at", Float, nullable=False),
     Column("acquired_at", Float, nullable=False),
 )
+
+# ``POST /retrain`` on a replica that does not lead: the leader answers each request with
+# the job it started or why it did not, and the status code the asker answers with
+# (``service.store.requests``).
+retrain_requests = Table(
+    "retrain_requests",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("requested_at", Float, nullable=False),
+    Column("trigger", String(32), nullable=False, server_default="manual"),
+    Column("requested_by", String(128), nullable=False),
+    Column("answered_at", Float, nullable=True, index=True),
+    Column("job_id", Integer, ForeignKey("retrain_jobs.id"), nullable=True),
+    Column("refusal", Text, nullable=True),
+    Column("status", Integer, nullable=True),
+)
