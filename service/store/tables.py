@@ -220,3 +220,17 @@ retrain_requests = Table(
     Column("refusal", Text, nullable=True),
     Column("status", Integer, nullable=True),
 )
+
+# Snapshots of the online state at a log position (``service.serving.snapshot``): the
+# object under ``key`` and its SHA-256; the leader writes them and keeps the newest few.
+online_snapshots = Table(
+    "online_snapshots",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("position", BigInteger, nullable=False, index=True),
+    Column("version", String(64), nullable=False),
+    Column("key", String(255), nullable=False, unique=True),
+    Column("checksum", String(64), nullable=False),
+    Column("created_at", Float, nullable=False),
+    Column("size", BigInteger, nullable=False),
+)
