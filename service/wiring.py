@@ -48,6 +48,7 @@ from service.store.events import IngestOutcome, NewEvent, log_after, max_event_i
 from service.stream.learner import Learner
 from service.stream.monitor import RaisedAlert, StreamMonitor
 from service.stream.ranking import PrequentialRanking
+from service.stream.requests import RetrainRequests
 from service.stream.trigger import RetrainTrigger
 from service.stream.writer import EventWriter
 
@@ -311,7 +312,7 @@ def assemble(
     swapper.after_swap.append(trigger.observe_job)
     follower = RegistryFollower(
         retrainer.published,
-        on_tick=trigger.start_deferred_drift,
+        on_tick=[trigger.start_deferred_drift, RetrainRequests(db, trigger).answer_pending],
         looks=[swapper.follow_registry],
     )
     tail = LogTail(

@@ -1,9 +1,11 @@
 """The registry follower: a thread that looks for news at once when this process's
 retrainer publishes, and every ``REGISTRY_POLL_SECONDS`` for what other processes did.
 
-Each tick it may start a drift job that waited for the job before it; each look swaps in
-the registry's target and takes in the events other processes stored. A failed look is
-logged and the next one tries again: the loop ends only when stopped.
+Each tick runs the tick tasks: start a drift job that waited for the job before it, and
+on the leader answer the retraining requests other replicas stored (``TICK_S`` keeps
+their wait under a second). Each look swaps in the registry's target and takes in the
+events other processes stored. A failed task or look is logged and the next tick tries
+again: the loop ends only when stopped.
 """
 
 from __future__ import annotations
@@ -20,16 +22,16 @@ TICK_S = 0.2
 
 
 class RegistryFollower:
-    """Runs ``on_tick`` every tick and each of ``looks`` when there may be news."""
+    """Runs each of ``on_tick`` every tick and each of ``looks`` when there may be news."""
 
     def __init__(
         self,
         published: threading.Event,
-        on_tick: Callable[[], None],
+        on_tick: Sequence[Callable[[], object]],
         looks: Sequence[Callable[[], object]],
     ) -> None:
         self.published = published
-        self.on_tick = on_tick
+        self.on_tick = list(on_tick)
         self.looks = list(looks)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -50,14 +52,19 @@ class RegistryFollower:
             self._thread.join(timeout=30)
             self._thread = None
 
+    def tick(self) -> None:
+        """Run each tick task once; one that fails does not keep the others from running."""
+        for task in self.on_tick:
+            try:
+                task()
+            except Exception:  # the next tick tries again
+                log.exception("tick task %s failed", getattr(task, "__qualname__", task))
+
     def _run(self, every: float | None) -> None:
         polled = time.monotonic()
         while not self._stop.is_set():
             self.published.wait(timeout=TICK_S)
-            try:
-                self.on_tick()
-            except Exception:  # the next tick tries again
-                log.exception("could not start the deferred drift job")
+            self.tick()
             due = every is not None and time.monotonic() - polled >= every
             if not (self.published.is_set() or due):
                 continue
