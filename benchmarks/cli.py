@@ -87,8 +87,8 @@ def bench(
         str,
         typer.Argument(
             help=(
-                "Benchmark: prequential, drift, ingest, sync, memory, serve, configurator "
-                "or policies."
+                "Benchmark: prequential, drift, ingest, sync, memory, serve, cluster, "
+                "configurator or policies."
             )
         ),
     ],
@@ -104,7 +104,10 @@ def bench(
         typer.Option(help="sync: λ of each simulated race (default 64 and 256); repeatable."),
     ] = None,
     seconds: Annotated[
-        float | None, typer.Option(help="serve: seconds of load per measurement (default 15).")
+        float | None,
+        typer.Option(
+            help="serve, cluster: seconds of load per measurement (default 15; cluster 8)."
+        ),
     ] = None,
     catalogue_items: Annotated[
         int | None,

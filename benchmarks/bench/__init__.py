@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.bench.cluster import run_cluster
 from benchmarks.bench.configurator import run_configurator
 from benchmarks.bench.drift import run_drift
 from benchmarks.bench.ingest import run_ingest
@@ -21,6 +22,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "drift": run_drift,
     "serve": run_serve,
     "policies": run_policies,
+    "cluster": run_cluster,
 }
 
 __all__ = ["BENCHMARKS"]
