@@ -41,7 +41,7 @@ from service.ingest.kafka import EventConsumer
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store import Database, is_unavailable
-from service.wiring import RETRAIN_SHUTDOWN_GRACE_S, Driftline, build_driftline
+from service.wiring import RETRAIN_SHUTDOWN_GRACE_S, Driftline, Role, build_driftline
 
 log = logging.getLogger(__name__)
 
@@ -79,11 +79,15 @@ def create_app(settings: Settings, *, freeze_startup: bool = False) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        driftline = build_driftline(settings, metrics=app.state.metrics)
+        # With STREAM_PROCESS the stream role (Kafka, evaluation, the monitor, jobs) runs
+        # in a process of its own (``driftline stream``); this one serves.
+        role: Role = "serving" if settings.stream_process else "all"
+        driftline = build_driftline(settings, metrics=app.state.metrics, role=role)
         driftline.start()
         app.state.settings = settings
         app.state.driftline = driftline
-        app.state.consumer = start_consumer(driftline) if settings.kafka_bootstrap else None
+        consumes = settings.kafka_bootstrap and role == "all"
+        app.state.consumer = start_consumer(driftline) if consumes else None
         app.state.access = access_for(settings, driftline.db)
         app.state.access.ring.start()
         if freeze_startup:

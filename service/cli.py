@@ -262,6 +262,7 @@ def serve(settings: Settings) -> None:
     from threadpoolctl import threadpool_limits
 
     from service.app import create_app
+    from service.cluster.stream_process import StreamProcess
 
     _configure_logging(settings)
     _check_exposure(settings)
@@ -271,46 +272,75 @@ def serve(settings: Settings) -> None:
     # items x 64 factors, measured here; BENCHMARKS.md).
     threadpool_limits(1, user_api="blas")
     sys.setswitchinterval(settings.server_switch_interval_ms / 1000)
-    uvicorn.run(
-        create_app(settings, freeze_startup=True),
-        host=settings.host,
-        port=settings.port,
-        log_level=settings.log_level,
-        access_log=False,
-        loop=settings.server_loop,
-        http=settings.server_http,
-    )
+    stream = StreamProcess.start(settings) if settings.stream_process else None
+    try:
+        uvicorn.run(
+            create_app(settings, freeze_startup=True),
+            host=settings.host,
+            port=settings.port,
+            log_level=settings.log_level,
+            access_log=False,
+            loop=settings.server_loop,
+            http=settings.server_http,
+        )
+    finally:
+        if stream is not None:
+            stream.stop()
+
+
+def stream(settings: Settings) -> None:
+    """Run the stream role without serving HTTP: consume Kafka when configured, learn
+    the event log, and lead the cluster when elected (drift monitor, trigger, jobs).
+    ``serve`` starts one beside itself with --stream-process."""
+    _run_stream_role(settings, require_kafka=False)
 
 
 def consume(settings: Settings) -> None:
     """Consume Kafka into the event store (and the stream components) without serving HTTP."""
+    _run_stream_role(settings, require_kafka=True)
+
+
+def _run_stream_role(settings: Settings, *, require_kafka: bool) -> None:
     import signal
+    import threading
 
     from service.app import consumer_for
     from service.wiring import build_driftline
 
-    if not settings.kafka_bootstrap:
+    if require_kafka and not settings.kafka_bootstrap:
         raise typer.BadParameter("--kafka-bootstrap (or DRIFTLINE_KAFKA_BOOTSTRAP) is required")
     _configure_logging(settings)
-    driftline = build_driftline(settings)
+    driftline = build_driftline(settings, role="stream")
     if settings.metrics_port is not None:
         from prometheus_client import start_http_server
 
         # Consumer lag and ingestion counters for Prometheus; read-only, no key needed.
         start_http_server(settings.metrics_port, settings.host, registry=driftline.metrics.registry)
     driftline.start()
-    consumer = consumer_for(driftline)
-    signal.signal(signal.SIGTERM, lambda *_: consumer.stop())
+    stopped = threading.Event()
+    consumer = consumer_for(driftline) if settings.kafka_bootstrap else None
+
+    def stop(*_: object) -> None:
+        stopped.set()
+        if consumer is not None:
+            consumer.stop()
+
+    signal.signal(signal.SIGTERM, stop)
     try:
-        consumer.run()
+        if consumer is not None:
+            consumer.run()
+        else:
+            while not stopped.wait(1.0):
+                pass
     except KeyboardInterrupt:
-        consumer.stop()
+        stop()
     finally:
         driftline.shut_down()
 
 
 app.command("serve")(with_settings_flags(serve))
 app.command("consume")(with_settings_flags(consume))
+app.command("stream")(with_settings_flags(stream))
 app.add_typer(keys_app, name="keys")
 app.command("settings")(_settings_command())
 

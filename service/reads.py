@@ -16,6 +16,7 @@ from service.cluster.logtail import LogTail
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.store import Database
 from service.store.alerts import list_heartbeats
+from service.store.jobs import active_job_ids
 from service.stream.learner import Learner
 from service.stream.monitor import StreamMonitor
 from service.stream.trigger import RetrainTrigger
@@ -48,16 +49,20 @@ class StreamReads:
         self._tail = tail
         self.min_relative_rise = min_relative_rise
         self.budget_usd = budget_usd
+        #: Log positions this replica replayed when it started (set by ``restore``).
+        self.replayed_at_start: int | None = None
 
     def cluster_status(self) -> dict[str, Any]:
         """This replica in the cluster: its name, who leads, and how far it has applied
-        the event log (``applied_position``) of what it last saw (``log_position``)."""
+        the event log (``applied_position``) of what it last saw (``log_position``), and
+        how much of it it replayed when it started (``replayed_at_start``)."""
         applied = self._learner.applied
         return {
             **self._leadership.status(),
             "applied_position": applied,
             "log_position": max(self._tail.seen_head, applied),
             "log_lag_events": self._tail.lag,
+            "replayed_at_start": self.replayed_at_start,
         }
 
     @property
@@ -74,7 +79,13 @@ class StreamReads:
 
     @property
     def running_job_id(self) -> int | None:
-        return self._retrainer.active_job_id
+        """The job running here, or else anywhere in the cluster (from the store)."""
+        here = self._retrainer.active_job_id
+        if here is not None or self._leadership.is_leader:
+            return here
+        with self.db.connect() as conn:
+            active = active_job_ids(conn)
+        return active[0] if active else None
 
     def accuracy_summary(self) -> dict[str, dict[str, Any]]:
         """Running RMSE, hit-rate@10 and NDCG@10 per track (``/healthz``, overview)."""

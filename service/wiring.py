@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
@@ -41,7 +42,8 @@ from service.serving.builder import FoldInOptions, ServingBuilder
 from service.serving.history import RatedItems
 from service.serving.index import IndexOptions
 from service.serving.recommender import Recommender
-from service.serving.registry import ModelRegistry
+from service.serving.registry import LoadedVersion, ModelRegistry
+from service.serving.snapshot import SnapshotStore, SnapshotWriter, restore_from_snapshot
 from service.settings import Settings
 from service.store import Database
 from service.store.events import IngestOutcome, NewEvent, log_after, max_event_id
@@ -61,6 +63,12 @@ log = logging.getLogger(__name__)
 RETRAIN_SHUTDOWN_GRACE_S = 30.0
 #: Events of the log read and applied at a time by the log tail.
 LOG_PAGE_EVENTS = 5_000
+
+#: What a process does: everything (``all``); only serve and fold the log in
+#: (``serving``, beside a ``stream`` process when ``STREAM_PROCESS`` is set); or the rest,
+#: evaluation, the drift monitor, the trigger and jobs, as a leader candidate
+#: (``stream``).
+Role = Literal["all", "serving", "stream"]
 
 
 @dataclass
@@ -86,6 +94,8 @@ class Driftline:
     tail: LogTail
     #: Whether jobs run on threads of their own (the service) or inline (benchmarks).
     background_retrain: bool = True
+    #: Snapshots of the online state: written by the leader, read by ``restore``.
+    snapshots: SnapshotWriter | None = None
 
     # -- the ingest path ----------------------------------------------------------------
     def ingest(
@@ -191,13 +201,33 @@ class Driftline:
         self.monitor.events_offset = self.learner.labelled_seen
         newest = self.registry.target_loadable()
         if newest is not None:
-            self.swapper.swap(newest)
+            self._serve_restored(newest)
             self.monitor.restore(self.learner.serving.version)
         else:
+            self.reads.replayed_at_start = self.learner.applied
             self.learner.replay_all()
         self.monitor.leading = False
         self.leadership.claim()
         self._serve_inline_publication()
+
+    def _serve_restored(self, loaded: LoadedVersion) -> None:
+        """Serve ``loaded`` after a restart: from its newest usable snapshot and the log
+        after it (``service.serving.snapshot``), or else replayed by the swapper."""
+        head = self.learner.applied
+        restored = None
+        if self.snapshots is not None:
+            restored = restore_from_snapshot(
+                self.learner, self.swapper.builder, self.snapshots.snapshots, loaded
+            )
+        if restored is None:
+            self.swapper.swap(loaded)
+            replay = self.settings.fold_in_replay_events
+            self.reads.replayed_at_start = head - max(0, min(loaded.last_event_id - replay, head))
+            return
+        self.reads.replayed_at_start = head - restored.position
+        self.metrics.model_swaps.inc()
+        for listener in self.swapper.after_swap:
+            listener(loaded)
 
     def start(self) -> None:
         """Start notifications, the leader election, the log tail and the registry
@@ -227,13 +257,18 @@ class Driftline:
 
 
 def build_driftline(
-    settings: Settings, *, background_retrain: bool = True, metrics: Metrics | None = None
+    settings: Settings,
+    *,
+    background_retrain: bool = True,
+    metrics: Metrics | None = None,
+    role: Role = "all",
 ) -> Driftline:
-    """Every component from ``settings``, restored from what is stored."""
+    """Every component from ``settings`` for a process of ``role``, restored from what
+    is stored."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     db = Database(settings.resolved_database_url)
     registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
-    driftline = assemble(settings, db, registry, metrics or Metrics(), background_retrain)
+    driftline = assemble(settings, db, registry, metrics or Metrics(), background_retrain, role)
     driftline.restore()
     return driftline
 
@@ -244,12 +279,18 @@ def assemble(
     registry: ModelRegistry,
     metrics: Metrics,
     background_retrain: bool,
+    role: Role = "all",
 ) -> Driftline:
     """The components wired together, before anything is read from the store."""
     notifier = make_notifier(settings, metrics)
     feed = EventBuffer()
+    replica_id = replica_name(settings, role)
     leadership = Leadership(
-        db, settings.replica_id or default_replica_id(settings.port), settings.leader_lease_s
+        db,
+        replica_id,
+        settings.leader_lease_s,
+        candidate=role != "serving",
+        companion=stream_companion(replica_id) if role == "serving" else None,
     )
     retrainer = build_retrainer(
         settings,
@@ -275,6 +316,7 @@ def assemble(
         popular_window=settings.popular_window,
         history_pairs=settings.serving_history_pairs,
         rating_range=(settings.rating_min, settings.rating_max),
+        evaluate=role != "serving",
     )
     monitor = StreamMonitor(
         db,
@@ -310,9 +352,20 @@ def assemble(
         leading=lambda: leadership.is_leader,
     )
     swapper.after_swap.append(trigger.observe_job)
+    snapshots = SnapshotWriter(
+        SnapshotStore(db, registry.store),
+        learner,
+        lambda: leadership.is_leader,
+        every=settings.snapshot_every_events,
+        retention=settings.snapshot_retention,
+    )
     follower = RegistryFollower(
         retrainer.published,
-        on_tick=[trigger.start_deferred_drift, RetrainRequests(db, trigger).answer_pending],
+        on_tick=[
+            trigger.start_deferred_drift,
+            RetrainRequests(db, trigger).answer_pending,
+            snapshots.tick,
+        ],
         looks=[swapper.follow_registry],
     )
     tail = LogTail(
@@ -349,11 +402,24 @@ def assemble(
         leadership=leadership,
         tail=tail,
         background_retrain=background_retrain,
+        snapshots=snapshots,
     )
     driftline.tail.catch_up = driftline.catch_up
     leadership.on_elected.append(driftline._take_lead)
     leadership.on_deposed.append(driftline._stand_by)
     return driftline
+
+
+def replica_name(settings: Settings, role: Role) -> str:
+    """The process's name in the cluster: ``REPLICA_ID`` (default host and port); a
+    stream process is named after its serving process."""
+    name = settings.replica_id or default_replica_id(settings.port)
+    return stream_companion(name) if role == "stream" else name
+
+
+def stream_companion(replica_id: str) -> str:
+    """The name of the stream process beside serving process ``replica_id``."""
+    return f"{replica_id}-stream"
 
 
 def _log_head(db: Database) -> int:

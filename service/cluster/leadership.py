@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from service.store import Database
-from service.store.leases import Claimant, Lease, claim_lease, release_lease
+from service.store.leases import Claimant, Lease, claim_lease, read_lease, release_lease
 
 log = logging.getLogger(__name__)
 
@@ -33,8 +33,20 @@ log = logging.getLogger(__name__)
 class Leadership:
     """This replica's side of the leader election."""
 
-    def __init__(self, db: Database, replica_id: str, lease_s: float) -> None:
+    def __init__(
+        self,
+        db: Database,
+        replica_id: str,
+        lease_s: float,
+        *,
+        candidate: bool = True,
+        companion: str | None = None,
+    ) -> None:
         self.db = db
+        #: Whether this process may lead; one that may not only watches who does.
+        self.candidate = candidate
+        #: The replica's stream process, which leads for it when this one may not.
+        self.companion = companion
         self.replica_id = replica_id
         self.lease_s = lease_s
         #: This process among the replica's incarnations: a restart takes over at once.
@@ -61,9 +73,10 @@ class Leadership:
     def status(self) -> dict[str, Any]:
         """Who leads, as this replica last saw it, for ``/healthz`` and the dashboard."""
         seen = self._seen
+        companion_leads = seen is not None and seen.holder == self.companion
         return {
             "replica_id": self.replica_id,
-            "leader": self.is_leader,
+            "leader": self.is_leader or companion_leads,
             "leader_id": seen.holder if seen else None,
             "fencing_token": seen.token if seen else None,
         }
@@ -71,6 +84,8 @@ class Leadership:
     # -- the election -------------------------------------------------------------------
     def claim(self) -> bool:
         """One round: claim or renew the lease; returns whether this replica leads."""
+        if not self.candidate:
+            return self._watch()
         with self._round:
             try:
                 with self.db.begin() as conn:
@@ -95,6 +110,15 @@ class Leadership:
                     )
                 self._step_down(f"{lease.holder} holds the lease now")
             return self.is_leader
+
+    def _watch(self) -> bool:
+        """A process that may not lead only reads the lease, for ``status``."""
+        try:
+            with self.db.connect() as conn:
+                self._seen = read_lease(conn)
+        except SQLAlchemyError:
+            log.warning("leader lease: database unreachable", exc_info=True)
+        return False
 
     def start(self) -> None:
         """Claim now, then keep claiming on a thread of its own until ``stop``."""

@@ -32,10 +32,37 @@ class ClusterSettings(BaseModel):
         description="How often a replica looks for events other replicas stored, to apply "
         "them in log order (read-your-writes across replicas waits about this long).",
     )
+    stream_process: bool = Field(
+        False,
+        description="serve runs the stream role (Kafka consumption, the drift monitor, "
+        "the trigger and retraining jobs) in a child process of its own, and the serving "
+        "process only folds the event log in, so learning and jobs cannot hold up "
+        "/recommend (docs/operations.md).",
+    )
+    stream_niceness: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="How much lower the stream process's CPU priority is than the serving "
+        "process's (Unix niceness; its jobs' workers inherit it).",
+    )
     read_wait_max_s: float = Field(
         1.0,
         ge=0,
         le=30.0,
         description="Longest /recommend?after=POSITION waits for this replica to apply "
         "the log up to POSITION before it answers anyway.",
+    )
+    snapshot_every_events: int | None = Field(
+        200_000,
+        ge=1,
+        description="The leader writes a snapshot of the online state to the object store "
+        "every this many events of the log, so a replica that starts replays only the log "
+        "after the newest one (none: no snapshots; docs/architecture.md).",
+    )
+    snapshot_retention: int = Field(
+        3,
+        ge=1,
+        le=1_000,
+        description="Newest online-state snapshots kept; older ones are deleted.",
     )

@@ -109,6 +109,12 @@ def active_jobs(conn: Connection) -> list[dict[str, Any]]:
     return [_with_epochs(conn, dict(row._mapping)) for row in conn.execute(query)]
 
 
+def active_job_ids(conn: Connection) -> list[int]:
+    """Ids of the jobs queued or running, oldest first (no epochs: a cheap read)."""
+    query = select(retrain_jobs.c.id).where(retrain_jobs.c.status.in_(ACTIVE_STATUSES))
+    return [int(job_id) for job_id in conn.scalars(query.order_by(retrain_jobs.c.id))]
+
+
 def list_jobs(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
     query = select(retrain_jobs).order_by(retrain_jobs.c.id.desc()).limit(limit)
     return [_with_epochs(conn, dict(row._mapping)) for row in conn.execute(query)]

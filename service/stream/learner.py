@@ -83,6 +83,7 @@ class Learner:
         popular_window: int,
         history_pairs: int | None,
         rating_range: tuple[float, float],
+        evaluate: bool = True,
     ) -> None:
         self.db = db
         self.metrics = metrics
@@ -104,6 +105,10 @@ class Learner:
         self.lock = threading.Lock()
         #: The newest event id (log position) learnt; events are learnt in id order.
         self.applied = 0
+        #: Whether events are evaluated before they are learnt (test, then train). A
+        #: serving process leaves that to its stream process (``service.wiring``) and
+        #: only folds the log in: no predictions, ranking sample or tracks.
+        self.evaluate = evaluate
 
     # -- start-up ---------------------------------------------------------------------
     def restore(self, static: BiasedMF | None) -> None:
@@ -129,10 +134,27 @@ class Learner:
     def learn(self, stored: Sequence[NewEvent], position: int) -> Evaluation:
         """Evaluate then learn the events of the log up to ``position``; rated and
         popular items too."""
-        evaluation = self._evaluate_and_learn(stored)
+        evaluation = self._evaluate_and_learn(stored) if self.evaluate else self._fold_in(stored)
         self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
         self.applied = max(self.applied, position)
         return evaluation
+
+    def _fold_in(self, stored: Sequence[NewEvent]) -> Evaluation:
+        """Learn without evaluating: the serving state, rated items and counters."""
+        labelled = [e for e in stored if e.rating is not None]
+        before = self.labelled_seen
+        if labelled:
+            ratings = np.fromiter(
+                (e.rating for e in labelled), dtype=np.float64, count=len(labelled)
+            )
+            users = [e.user_id for e in labelled]
+            self.serving.learn(users, [e.item_id for e in labelled], ratings)
+            self.labelled_seen += len(labelled)
+        self.history.add([e.user_id for e in stored], [e.item_id for e in stored])
+        nothing = np.empty(0)
+        return Evaluation(
+            [], [], nothing, nothing, before, self.labelled_seen, self.serving.version, False
+        )
 
     def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> Evaluation:
         view = self.serving.view  # the items as the batch found them, for ranking
