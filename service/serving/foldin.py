@@ -188,6 +188,14 @@ class OnlineBiases:
         """Forget the least recently seen keys over the limit; returns them."""
         return self.rows.evict()
 
+    def export_state(self, prefix: str) -> dict[str, np.ndarray]:
+        """A copy of the sums per key (``LruRows.export_state``)."""
+        return self.rows.export_state(prefix)
+
+    def load_state(self, state: dict[str, np.ndarray], prefix: str) -> None:
+        """Take the sums ``export_state`` wrote."""
+        self.rows.load_state(state, prefix)
+
     def _bias(
         self, rows: np.ndarray, regularization: float | None = None, prior: np.ndarray | None = None
     ) -> np.ndarray:

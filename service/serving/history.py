@@ -22,6 +22,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+import numpy as np
 from immutables import Map, MapMutation
 
 _EMPTY: frozenset[str] = frozenset()
@@ -103,6 +104,33 @@ class RatedItems:
             pairs = self._evict(snapshot, pairs)
             self._snapshot = snapshot.finish()
         self._pairs = pairs
+
+    def export_state(self) -> dict[str, np.ndarray]:
+        """The users, least recently seen first, and their items (sorted), flattened:
+        ``history_items[history_starts[j]:history_starts[j + 1]]`` are user j's."""
+        snapshot, users = self._snapshot, list(self._recency)
+        items = [sorted(snapshot.get(user, _EMPTY)) for user in users]
+        starts = np.cumsum([0] + [len(held) for held in items], dtype=np.int64)
+        return {
+            "history_users": np.array(users, dtype=str),
+            "history_starts": starts,
+            "history_items": np.array([item for held in items for item in held], dtype=str),
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Hold what ``export_state`` wrote instead of what is held now."""
+        users = [str(user) for user in state["history_users"].tolist()]
+        starts = state["history_starts"].astype(np.int64).tolist()
+        items = [str(item) for item in state["history_items"].tolist()]
+        if len(starts) != len(users) + 1 or starts[0] != 0 or starts[-1] != len(items):
+            raise ValueError("the rated items do not match their users")
+        held = {
+            user: frozenset(items[start:end])
+            for user, start, end in zip(users, starts[:-1], starts[1:], strict=True)
+        }
+        self._recency = OrderedDict.fromkeys(users)
+        self._pairs = sum(len(user_items) for user_items in held.values())
+        self._snapshot = Map(held)
 
     def _evict(self, snapshot: MapMutation[str, frozenset[str]], pairs: int) -> int:
         """Drop the least recently seen users while over the bound; returns the pairs left.

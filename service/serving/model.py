@@ -41,6 +41,7 @@ from __future__ import annotations
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from immutables import Map
@@ -341,6 +342,53 @@ class ServingModel:
             risen=risen,
             fallen=fallen,
             answers=view.answers.for_next_view(),
+        )
+
+    # -- snapshots (``service.serving.snapshot``) ----------------------------------------
+    def settings(self) -> dict[str, Any]:
+        """What the fold-in's arithmetic depends on besides its state: a state learnt
+        under other settings cannot continue under these."""
+        return {
+            "version": self.version,
+            "dim": self._dim,
+            "ridge": self._ridge.tolist(),
+            "item_bias_regularization": self._items.regularization,
+            "ranking_item_bias_regularization": self.ranking_item_bias_regularization,
+            "forgetting": self.forgetting,
+            "rating_range": list(self.rating_range),
+            "max_users": self._users.limit,
+            "max_items": self._items.rows.limit,
+        }
+
+    def export_state(self) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+        """A copy of the fold-in (arrays, and scalars for a JSON header) from which
+        ``load_state`` continues bit for bit; the writer's lock must be held."""
+        arrays = {
+            **self._users.export_state("users_"),
+            **self._items.export_state("items_"),
+            "view_item_bias": self._view.item_bias.copy(),
+        }
+        scalars = {"rating_sum": self._rating_sum, "rating_count": self._rating_count}
+        return arrays, scalars
+
+    def load_state(self, arrays: dict[str, np.ndarray], scalars: dict[str, Any]) -> None:
+        """Continue from ``export_state`` of a model with the same ``settings()``, on a
+        model just built; ``ValueError`` if the state does not fit it."""
+        item_bias = np.asarray(arrays["view_item_bias"], dtype=np.float64)
+        if item_bias.shape != self._view.item_bias.shape:
+            raise ValueError(f"item biases of shape {item_bias.shape} for {self.version}")
+        self._users.load_state(arrays, "users_")
+        self._items.load_state(arrays, "items_")
+        self._rating_sum = float(scalars["rating_sum"])
+        self._rating_count = int(scalars["rating_count"])
+        users, vectors = self._users, self._users["vector"]
+        user_vectors = Map({key: vectors[row].copy() for key, row in users.index.items()})
+        self._view = replace(
+            self._view,
+            global_mean=self.global_mean,
+            item_bias=item_bias.copy(),
+            user_vectors=user_vectors,
+            answers=self._view.answers.emptied(),
         )
 
     def _means_before(self, ratings: np.ndarray) -> np.ndarray | float:

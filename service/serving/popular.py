@@ -24,6 +24,8 @@ from collections import deque
 from collections.abc import Container, Sequence
 from itertools import islice
 
+import numpy as np
+
 #: Items kept in the published ranking. ``/recommend`` asks for at most 1,000 and drops
 #: the stranger's own items (at most the events it had in the window).
 RANKED = 2_000
@@ -120,6 +122,32 @@ class PopularItems:
                 del users[item]
         if user_ids:
             self._published = (tuple(self._order[: self.ranked]), len(pairs))
+
+    def export_state(self) -> dict[str, np.ndarray]:
+        """The window's events, oldest first: the counts and the ranking follow from them."""
+        users = [user for user, _ in self._events]
+        items = [item for _, item in self._events]
+        return {
+            "popular_users": np.array(users, dtype=str),
+            "popular_items": np.array(items, dtype=str),
+        }
+
+    @classmethod
+    def from_state(
+        cls, state: dict[str, np.ndarray], window: int, ranked: int = RANKED
+    ) -> PopularItems:
+        """The ranking of the window ``export_state`` wrote (its newest ``window`` events)."""
+        popular = cls(window, ranked)
+        users = [str(user) for user in state["popular_users"].tolist()]
+        items = [str(item) for item in state["popular_items"].tolist()]
+        popular.add(users, items)
+        return popular
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        """Rank the window ``export_state`` wrote instead of the one held now."""
+        loaded = self.from_state(state, self.window, self.ranked)
+        self._events, self._pairs, self._users = loaded._events, loaded._pairs, loaded._users
+        self._order, self._published = loaded._order, loaded._published
 
     def _move(self, item: str, old: int, new: int) -> None:
         """Re-place ``item`` in the sorted order after its count went from old to new."""

@@ -98,6 +98,46 @@ class LruRows:
             evicted.append(key)
         return evicted
 
+    def export_state(self, prefix: str) -> dict[str, np.ndarray]:
+        """A copy of the rows as plain arrays named ``prefix`` + field, enough for
+        ``load_state`` to continue exactly where this left off: the keys in recency
+        order with their rows, the free rows in the order they are handed out, and
+        every array at full capacity (a key's row takes part in the batch arithmetic).
+        """
+        keys = list(self.index)
+        state = {
+            f"{prefix}keys": np.array(keys, dtype=str),
+            f"{prefix}rows": np.fromiter(self.index.values(), dtype=np.int64, count=len(keys)),
+            f"{prefix}free": np.asarray(self._free, dtype=np.int64),
+            f"{prefix}capacity": np.array(self.capacity, dtype=np.int64),
+        }
+        for name, array in self.arrays.items():
+            state[f"{prefix}array_{name}"] = array.copy()
+        return state
+
+    def load_state(self, state: dict[str, np.ndarray], prefix: str) -> None:
+        """Take the rows ``export_state`` wrote (``ValueError`` if they do not fit)."""
+        capacity = int(state[f"{prefix}capacity"])
+        keys = [str(key) for key in state[f"{prefix}keys"].tolist()]
+        rows = state[f"{prefix}rows"].astype(np.int64).tolist()
+        free = state[f"{prefix}free"].astype(np.int64).tolist()
+        if len(keys) != len(rows) or len(set(rows)) != len(rows):
+            raise ValueError("the rows' keys and rows do not match")
+        if sorted(rows + free) != list(range(capacity)):
+            raise ValueError("the rows and free rows do not cover the capacity")
+        arrays = {}
+        for name, array in self.arrays.items():
+            loaded = np.asarray(state[f"{prefix}array_{name}"], dtype=np.float64)
+            if loaded.shape != (capacity, *array.shape[1:]):
+                raise ValueError(f"array {name} has shape {loaded.shape}")
+            arrays[name] = loaded.copy()
+        slots: list[str | None] = [None] * capacity
+        for key, row in zip(keys, rows, strict=True):
+            slots[row] = key
+        self.index = OrderedDict(zip(keys, rows, strict=True))
+        self.arrays, self._keys, self._free = arrays, slots, free
+        self.fresh = np.empty(0, dtype=np.int64)
+
     def _allocate(self, key: str) -> int:
         if not self._free:
             self._grow()
