@@ -51,6 +51,7 @@ def test_a_tiny_cluster_run_reports_every_figure_sanely(tmp_path: Path) -> None:
         assert figures[f"r{n}_ingest_batch_p99_ms"] >= figures[f"r{n}_ingest_batch_p50_ms"]
         assert figures[f"r{n}_restart_fold_in_events"] >= 0
         assert figures[f"r{n}_restart_lag_events"] >= 0
+        assert figures[f"r{n}_retrain_jobs"] == 1  # the benchmark's own, nothing else
     # Freshness and failover need a second replica.
     assert "r1_fresh_poll_p50_ms" not in figures and "r1_failover_s" not in figures
     for kind in ("poll", "after"):
