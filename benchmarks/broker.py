@@ -17,6 +17,8 @@ from pathlib import Path
 from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
+from benchmarks.launcher import stop_process
+
 log = logging.getLogger(__name__)
 
 
@@ -102,14 +104,7 @@ class EmbeddedBroker:
         return self
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, wait_s=10)
 
     def __enter__(self) -> EmbeddedBroker:
         return self.start()

@@ -35,7 +35,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.pool import NullPool
 
 from benchmarks.broker import EmbeddedBroker
-from benchmarks.launcher import ServerProcess, free_port
+from benchmarks.launcher import ServerProcess, free_port, stop_process
 
 log = logging.getLogger(__name__)
 
@@ -204,14 +204,7 @@ class HAProxyProcess:
         }
 
     def stop(self) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, wait_s=10)
 
 
 class _MotoS3:

@@ -22,6 +22,24 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(
+    process: subprocess.Popen[bytes] | None, *, kill: bool = False, wait_s: float = 30.0
+) -> None:
+    """SIGTERM (SIGKILL with ``kill``) a child if it still runs, and reap it; one that
+    does not stop within ``wait_s`` is killed."""
+    if process is None or process.poll() is not None:
+        return
+    if kill:
+        process.kill()
+    else:
+        process.terminate()
+    try:
+        process.wait(timeout=wait_s)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 class ServerProcess:
     """A ``driftline serve`` subprocess; use as a context manager."""
 
@@ -65,17 +83,7 @@ class ServerProcess:
         raise TimeoutError(f"driftline serve not healthy after {timeout}s; see {self.log_path}")
 
     def stop(self, kill: bool = False) -> None:
-        if self.process is None or self.process.poll() is not None:
-            return
-        if kill:
-            self.process.kill()
-        else:
-            self.process.terminate()
-        try:
-            self.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
+        stop_process(self.process, kill=kill)
 
     def __enter__(self) -> ServerProcess:
         return self.start()

@@ -34,7 +34,7 @@ from service.stream.requests import (
     give_up,
 )
 from service.wiring import Driftline
-from tests.support.pipelines import pipeline_factory, small_settings
+from tests.support.pipelines import replica_factory
 
 ALICE = Claimant("alice", "one")
 BOB = Claimant("bob", "one")
@@ -42,10 +42,7 @@ BOB = Claimant("bob", "one")
 
 @pytest.fixture
 def make_replica(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
-    def settings(replica_id: str, **overrides: Any) -> Settings:
-        return small_settings(tmp_path / "data", database_url, replica_id=replica_id, **overrides)
-
-    with pipeline_factory(settings) as make:
+    with replica_factory(tmp_path / "data", database_url) as make:
         yield make
 
 

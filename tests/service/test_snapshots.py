@@ -23,11 +23,10 @@ from service.serving.snapshot import (
     from_bytes,
     to_bytes,
 )
-from service.settings import Settings
 from service.store.events import NewEvent
 from service.store.tables import online_snapshots
 from service.wiring import Driftline
-from tests.support.pipelines import pipeline_factory, small_settings
+from tests.support.pipelines import replica_factory
 
 USERS = [f"u{n}" for n in range(40)]
 ITEMS = [f"i{n}" for n in range(60)]
@@ -35,11 +34,7 @@ ITEMS = [f"i{n}" for n in range(60)]
 
 @pytest.fixture
 def make_replica(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
-    def settings(replica_id: str, **overrides: Any) -> Settings:
-        values = {"snapshot_every_events": None, **overrides}
-        return small_settings(tmp_path / "data", database_url, replica_id=replica_id, **values)
-
-    with pipeline_factory(settings) as make:
+    with replica_factory(tmp_path / "data", database_url, snapshot_every_events=None) as make:
         yield make
 
 

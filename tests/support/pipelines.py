@@ -37,6 +37,22 @@ def pipeline_factory(settings_for: Callable[..., Settings]) -> Iterator[Callable
             pipeline.db.dispose()
 
 
+@contextmanager
+def replica_factory(
+    data_dir: Path, database_url: str, **defaults: Any
+) -> Iterator[Callable[..., Driftline]]:
+    """``make(replica_id, background=False, **overrides)`` builds one replica of a
+    cluster: ``small_settings`` on one shared database and object store, under its own
+    ``REPLICA_ID``; closed like ``pipeline_factory``'s."""
+
+    def settings(replica_id: str, **overrides: Any) -> Settings:
+        values = {**defaults, **overrides}
+        return small_settings(data_dir, database_url, replica_id=replica_id, **values)
+
+    with pipeline_factory(settings) as make:
+        yield make
+
+
 def small_settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
     """Small settings for pipeline tests: a bootstrap after 200 events, heartbeats of 50,
     two epochs on threads, no refresh, no registry polling; each overridable."""
