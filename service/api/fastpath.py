@@ -96,6 +96,8 @@ class RecommendFastPath:
                     for name, value in (exc.headers or {}).items()
                 ]
                 return 429, body, headers
+        # Read before answering: the answer reflects at least this much of the log.
+        position = str(state.driftline.learner.applied).encode()
         result = await self._recommend(recommender, *query)
         body = orjson.dumps(
             {
@@ -105,7 +107,6 @@ class RecommendFastPath:
                 "source": result.source,
             }
         )
-        position = str(state.driftline.learner.applied).encode()
         return 200, body, [(b"x-driftline-position", position)]
 
     async def _recommend(self, recommender: Recommender, user_id: str, k: int) -> Recommendation:

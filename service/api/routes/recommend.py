@@ -48,6 +48,8 @@ async def recommend(
 ) -> Response:
     if after is not None and tail.applied() < after:
         await run_in_threadpool(tail.wait_for, after, settings.read_wait_max_s)
+    # Read before answering: the answer reflects at least this much of the log.
+    position = tail.applied()
     if recommender.is_quick:
         result = recommender.recommend(user_id, k)
     else:  # every item of a large catalogue scored: keep the event loop free meanwhile
@@ -61,5 +63,5 @@ async def recommend(
     return Response(
         orjson.dumps(body),
         media_type="application/json",
-        headers={"X-Driftline-Position": str(tail.applied())},
+        headers={"X-Driftline-Position": str(position)},
     )
