@@ -14,7 +14,9 @@
    off (``ABLATIONS``: the kept answers, uvloop and httptools), one server each.
 2. **Under ingestion.** The rest of MovieLens is posted to the same Driftline server at
    ``INGEST_RATE`` events/s while wrk runs, and a retrain is forced early in the window,
-   which lasts until its version has been hot-swapped in (``swaps_in_window``).
+   which lasts until its version has been hot-swapped in (``swaps_in_window``). Then the
+   same again with the stream role in a process of its own (``split_*``: ``serve
+   --stream-process``, the serving process only folds the log in).
 3. **A million items** (``benchmarks/bench/catalogue.py``): exact scoring against the
    ANN index on a synthetic catalogue, over HTTP, with recall@10.
 
@@ -59,6 +61,9 @@ ROUNDS = 2
 #: the retrain is forced after the first slice.
 SLICE_SECONDS = 5.0
 MAX_WINDOW_SECONDS = 120.0
+#: The serving process beside a stream process of its own (``driftline serve
+#: --stream-process``): learning, the drift monitor and jobs off its interpreter.
+SPLIT_ENV = {"DRIFTLINE_STREAM_PROCESS": "true"}
 
 
 @dataclass(frozen=True)
@@ -334,6 +339,10 @@ def run_serve(
         figures.update(_without(prepared, seconds))
         with ServerProcess(prepared.data_dir) as server:
             figures.update(_under_ingest(prepared, server, seconds, batch_size))
+        # The same window with the stream role in a process of its own (STREAM_PROCESS).
+        with ServerProcess(prepared.data_dir, env=SPLIT_ENV) as server:
+            split = _under_ingest(prepared, server, seconds, batch_size)
+        figures.update({f"split_{name}": value for name, value in split.items()})
         figures["ingest_batch"] = batch_size
     if catalogue_items:
         figures.update(run_catalogue(catalogue_items, seconds=seconds))
