@@ -43,7 +43,6 @@ from service.serving.history import RatedItems
 from service.serving.index import IndexOptions
 from service.serving.recommender import Recommender
 from service.serving.registry import LoadedVersion, ModelRegistry
-from service.serving.snapshot import SnapshotStore, SnapshotWriter, restore_from_snapshot
 from service.settings import Settings
 from service.store import Database
 from service.store.events import IngestOutcome, NewEvent, log_after, max_event_id
@@ -51,6 +50,7 @@ from service.stream.learner import Learner
 from service.stream.monitor import RaisedAlert, StreamMonitor
 from service.stream.ranking import PrequentialRanking
 from service.stream.requests import RetrainRequests
+from service.stream.snapshot import SnapshotStore, SnapshotWriter, restore_from_snapshot
 from service.stream.trigger import RetrainTrigger
 from service.stream.writer import EventWriter
 
@@ -212,7 +212,7 @@ class Driftline:
 
     def _serve_restored(self, loaded: LoadedVersion) -> None:
         """Serve ``loaded`` after a restart: from its newest usable snapshot and the log
-        after it (``service.serving.snapshot``), or else replayed by the swapper."""
+        after it (``service.stream.snapshot``), or else replayed by the swapper."""
         head = self.learner.applied
         restored = None
         if self.snapshots is not None:

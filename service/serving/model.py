@@ -344,7 +344,7 @@ class ServingModel:
             answers=view.answers.for_next_view(),
         )
 
-    # -- snapshots (``service.serving.snapshot``) ----------------------------------------
+    # -- snapshots (``service.stream.snapshot``) ----------------------------------------
     def settings(self) -> dict[str, Any]:
         """What the fold-in's arithmetic depends on besides its state: a state learnt
         under other settings cannot continue under these."""

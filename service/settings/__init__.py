@@ -91,7 +91,7 @@ def settings_groups() -> dict[str, tuple[str, ...]]:
     """Each group's setting names, in declaration order.
 
     >>> list(settings_groups())
-    ['stack', 'stream', 'drift', 'retrain', 'serving', 'security']
+    ['stack', 'stream', 'drift', 'retrain', 'serving', 'security', 'cluster']
     >>> settings_groups()["stream"][:2]
     ('rating_min', 'rating_max')
     """

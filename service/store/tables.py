@@ -221,7 +221,7 @@ retrain_requests = Table(
     Column("status", Integer, nullable=True),
 )
 
-# Snapshots of the online state at a log position (``service.serving.snapshot``): the
+# Snapshots of the online state at a log position (``service.stream.snapshot``): the
 # object under ``key`` and its SHA-256; the leader writes them and keeps the newest few.
 online_snapshots = Table(
     "online_snapshots",

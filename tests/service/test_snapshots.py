@@ -16,15 +16,15 @@ from functions.artifacts import sha256_hex
 from service.serving.history import RatedItems
 from service.serving.popular import PopularItems
 from service.serving.rows import LruRows
-from service.serving.snapshot import (
+from service.store.events import NewEvent
+from service.store.tables import online_snapshots
+from service.stream.snapshot import (
     SNAPSHOTS_PREFIX,
     SnapshotError,
     capture,
     from_bytes,
     to_bytes,
 )
-from service.store.events import NewEvent
-from service.store.tables import online_snapshots
 from service.wiring import Driftline
 from tests.support.pipelines import replica_factory
 
@@ -166,7 +166,7 @@ def test_a_restart_replays_only_the_log_after_the_snapshot_and_answers_alike(
     assert row is not None and row["position"] == leader.learner.applied
     after = _events(150, 6, "after")
     _ingest(leader, after)
-    with caplog.at_level(logging.INFO, logger="service.serving.snapshot"):
+    with caplog.at_level(logging.INFO, logger="service.stream.snapshot"):
         restarted = make_replica("b", retrain_enabled=False)
     assert restarted.reads.cluster_status()["replayed_at_start"] == len(after)
     assert f"restored online state at position {row['position']}" in caplog.text
@@ -211,7 +211,7 @@ def test_an_unusable_snapshot_falls_back_to_the_replay(
     head = leader.learner.applied
     replayed = head - max(0, leader.learner.current.last_event_id - 50_000)
     leader.registry.store.put(row["key"], b"not a snapshot")
-    with caplog.at_level(logging.WARNING, logger="service.serving.snapshot"):
+    with caplog.at_level(logging.WARNING, logger="service.stream.snapshot"):
         corrupt = make_replica("b", retrain_enabled=False)
     assert "not restoring from snapshot" in caplog.text
     assert corrupt.reads.cluster_status()["replayed_at_start"] == replayed
