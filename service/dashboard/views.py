@@ -128,6 +128,7 @@ def overview(reads: StreamReads, consumer: Any | None) -> dict[str, Any]:
         "labelled_seen": reads.labelled_seen,
         "events_per_second": events_per_second(beats),
         "kafka": None if consumer is None else asdict(consumer.state),
+        "cluster": reads.cluster_status(),
         "tracks": reads.accuracy_summary(),
         "policy": reads.policy_status(),
         "running_job": next((j for j in jobs if j["id"] == running), None),

@@ -214,3 +214,13 @@ def test_acknowledge_and_rollback_forms_need_an_admin(
     assert client.get("/models").json()["current"] == first
     again = client.post(f"/dashboard/versions/{first}/rollback", data={CSRF_FIELD: token})
     assert again.status_code == 409  # already serving: said by name, not a 500
+
+
+def test_the_overview_shows_the_replica_and_the_leader(served: tuple[TestClient, int]) -> None:
+    client, _ = served
+    cluster = client.get("/healthz").json()["cluster"]
+    text = client.get("/dashboard").text
+    section = text[text.index('id="cluster"') :]
+    assert f"replica <b>{cluster['replica_id']}</b>: <b>leads</b>" in section
+    assert f"leader {cluster['leader_id']} (fencing token {cluster['fencing_token']})" in section
+    assert f"event log applied to {cluster['applied_position']}; 0 behind" in section
