@@ -46,6 +46,7 @@ from service.serving.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
 from service.store import Database
 from service.store.events import IngestOutcome, NewEvent, log_after, max_event_id
+from service.stream.feed_relay import StoredFeedRelay
 from service.stream.learner import Learner
 from service.stream.monitor import RaisedAlert, StreamMonitor
 from service.stream.ranking import PrequentialRanking
@@ -365,6 +366,8 @@ def assemble(
             trigger.start_deferred_drift,
             RetrainRequests(db, trigger).answer_pending,
             snapshots.tick,
+            # What the stream process stores reaches this process's dashboard feed.
+            *([StoredFeedRelay(db, feed).tick] if role == "serving" else []),
         ],
         looks=[swapper.follow_registry],
     )
