@@ -306,8 +306,9 @@ class HealthPublic(BaseModel):
     )
     cluster: dict[str, Any] | None = Field(
         None,
-        description="This replica in the cluster: replica_id, leader (whether it leads), "
-        "leader_id, fencing_token, applied_position, log_position, log_lag_events.",
+        description="This replica in the cluster: replica_id, leader (whether it, or its "
+        "stream process, leads), holds_lease (this process), leader_id, fencing_token, "
+        "applied_position, log_position, log_lag_events, replayed_at_start.",
     )
 
 

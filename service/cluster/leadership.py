@@ -77,6 +77,8 @@ class Leadership:
         return {
             "replica_id": self.replica_id,
             "leader": self.is_leader or companion_leads,
+            # This process itself (not its stream process): what driftline_leader counts.
+            "holds_lease": self.is_leader,
             "leader_id": seen.holder if seen else None,
             "fencing_token": seen.token if seen else None,
         }

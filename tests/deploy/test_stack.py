@@ -271,6 +271,7 @@ def test_prometheus_scrapes_every_replica_and_haproxy() -> None:
         for job in config["scrape_configs"]
     }
     assert jobs["driftline-serve"] == [f"{name}:8000" for name in REPLICAS]
+    assert jobs["driftline-stream"] == [f"{name}:9100" for name in REPLICAS]
     assert jobs["haproxy"] == ["haproxy:8404"]
     services = _compose()["services"]
     for targets in jobs.values():

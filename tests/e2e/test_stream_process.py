@@ -15,14 +15,16 @@ from pathlib import Path
 import httpx
 import pytest
 
-from benchmarks.launcher import ServerProcess
+from benchmarks.launcher import ServerProcess, free_port
 from tests.e2e.test_loop import SERVER_ENV, _wait_idle
 from tests.support.synthetic import planted_drift_stream
 
 pytestmark = pytest.mark.slow
 
+METRICS_PORT = free_port()
 ENV = {
     **SERVER_ENV,
+    "DRIFTLINE_METRICS_PORT": str(METRICS_PORT),
     "DRIFTLINE_STREAM_PROCESS": "true",
     "DRIFTLINE_REPLICA_ID": "solo",
     "DRIFTLINE_RETRAIN_RUNTIME": "inprocess",
@@ -78,7 +80,10 @@ def test_the_stream_process_leads_trains_and_dies_with_the_server(tmp_path: Path
             assert cluster["applied_position"] == len(events)
             jobs = client.get("/jobs").json()["jobs"]
             assert [job["trigger"] for job in jobs] == ["bootstrap"]
-            assert "driftline_leader 1.0" in client.get("/metrics").text
+            # Each process counts itself: the lease is the stream process's.
+            assert "driftline_leader 0.0" in client.get("/metrics").text
+            child_metrics = httpx.get(f"http://127.0.0.1:{METRICS_PORT}/metrics").text
+            assert "driftline_leader 1.0" in child_metrics
         os.kill(server.process.pid, signal.SIGKILL)
         assert _gone(child), "the stream process outlived a killed server"
     finally:

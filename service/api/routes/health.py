@@ -74,7 +74,8 @@ def _answer(body: dict[str, Any], status_code: int) -> JSONResponse:
 )
 def metrics(registry: MetricsDep, reads: ReadsDep) -> Response:
     cluster = reads.cluster_status()
-    registry.leader.set(1 if cluster["leader"] else 0)
+    # Each process counts itself once: a stream process's lease shows on its own port.
+    registry.leader.set(1 if cluster["holds_lease"] else 0)
     registry.log_lag_events.set(cluster["log_lag_events"])
     registry.log_applied_position.set(cluster["applied_position"])
     return Response(registry.render(), media_type=CONTENT_TYPE_LATEST)
