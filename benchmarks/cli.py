@@ -87,7 +87,7 @@ def bench(
         str,
         typer.Argument(
             help=(
-                "Benchmark: prequential, drift, ingest, sync, memory, serve, cluster, "
+                "Benchmark: prequential, stages, drift, ingest, sync, memory, serve, cluster, "
                 "configurator or policies."
             )
         ),

@@ -11,10 +11,12 @@ from benchmarks.bench.memory import run_memory
 from benchmarks.bench.policies import run_policies
 from benchmarks.bench.prequential import run_prequential
 from benchmarks.bench.serve import run_serve
+from benchmarks.bench.stages import run_stages
 from benchmarks.bench.sync import run_sync
 
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "prequential": run_prequential,
+    "stages": run_stages,
     "ingest": run_ingest,
     "sync": run_sync,
     "memory": run_memory,

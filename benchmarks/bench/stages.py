@@ -1,0 +1,135 @@
+"""``driftline bench stages``: what each stage of the ingest path costs per event.
+
+The learning path stores each event once, evaluates the serving model on it (RMSE, the
+never-retrained track, and hit-rate@10 on a sample), folds it into its user's vector and
+its item's bias, feeds the drift monitor and keeps popular items current. This bench
+times each stage where it is called, per batch (no profiler in the way: a timer pair per
+stage and batch), on a served version with retraining held off, so the figures are the
+steady path between jobs:
+
+* ``store``: the batch's transaction (``EventWriter.store``);
+* ``fold_in``: predict then learn (``ServingModel.predict_then_learn_vectors``);
+* ``ranking``: the ranking sample and the rated-items history (``PrequentialRanking.rank``);
+* ``static_track``: the never-retrained model's predictions;
+* ``tracks``: the running RMSE of both tracks;
+* ``popular``: the popular items' window;
+* ``monitor``: heartbeats, the detector, segments and their writes (``StreamMonitor.observe``);
+* ``trigger``: the policy's bookkeeping and its check;
+* ``other``: everything else ``Driftline.ingest`` does (the rest of the learner and the
+  path's own code).
+
+river's ``BiasedMF`` learns the same events in the same run: its events/s is the
+yardstick the learning path is held to (BENCHMARKS.md "prequential").
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks.baselines import RiverTrack
+from benchmarks.bench.prequential import _batch
+from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from service.settings import Settings
+from service.wiring import Driftline, build_driftline
+
+#: The share of the stream ingested, and trained on, before the timed part.
+WARM_SHARE = 0.2
+
+STAGES = (
+    "store",
+    "fold_in",
+    "ranking",
+    "static_track",
+    "tracks",
+    "popular",
+    "monitor",
+    "trigger",
+)
+
+
+class StageClock:
+    """Seconds spent in each stage, summed over batches."""
+
+    def __init__(self) -> None:
+        self.seconds: dict[str, float] = defaultdict(float)
+
+    def wrap(self, stage: str, owner: Any, name: str) -> None:
+        """Time every call of ``owner.name`` as ``stage`` (an instance attribute
+        shadows the method for this object only)."""
+        call: Callable[..., Any] = getattr(owner, name)
+
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.perf_counter()
+            try:
+                return call(*args, **kwargs)
+            finally:
+                self.seconds[stage] += time.perf_counter() - began
+
+        setattr(owner, name, timed)
+
+
+def _instrument(pipeline: Driftline, clock: StageClock) -> None:
+    learner = pipeline.learner
+    clock.wrap("store", pipeline.writer, "store")
+    clock.wrap("fold_in", learner.serving, "predict_then_learn_vectors")
+    clock.wrap("ranking", learner.ranking, "rank")
+    clock.wrap("static_track", learner, "_static_predict")
+    clock.wrap("tracks", learner.tracker, "record")
+    clock.wrap("popular", learner.popular, "add")
+    clock.wrap("monitor", pipeline.monitor, "observe")
+    clock.wrap("trigger", pipeline.trigger, "observe_events")
+    clock.wrap("trigger", pipeline.trigger, "after_batch")
+
+
+def run_stages(
+    dataset: Path | None = None, limit: int | None = None, batch_size: int = 500
+) -> dict[str, Any]:
+    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    warm = int(len(stream) * WARM_SHARE)
+    with tempfile.TemporaryDirectory(prefix="driftline-bench-stages-") as tmp:
+        settings = Settings(
+            data_dir=Path(tmp),
+            retrain_runtime="inprocess",
+            bootstrap_events=len(stream) + 1,
+            refresh_events=None,
+        )
+        pipeline = build_driftline(settings, background_retrain=False)
+        for start in range(0, warm, batch_size):
+            pipeline.ingest(_batch(stream, start, min(warm, start + batch_size)))
+        pipeline.retrain_now("bench")
+        pipeline.trigger.enabled = False  # the steady path between jobs
+        clock = StageClock()
+        _instrument(pipeline, clock)
+        river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
+        total = 0.0
+        for start in range(warm, len(stream), batch_size):
+            stop = min(start + batch_size, len(stream))
+            batch = _batch(stream, start, stop)
+            began = time.perf_counter()
+            pipeline.ingest(batch)
+            total += time.perf_counter() - began
+            river.process(
+                stream.user_ids[start:stop],
+                stream.item_ids[start:stop],
+                stream.ratings[start:stop],
+                stream.timestamps[start:stop],
+            )
+        pipeline.db.dispose()
+    events = len(stream) - warm
+    per_event = {stage: clock.seconds[stage] / events * 1e6 for stage in STAGES}
+    per_event["other"] = total / events * 1e6 - sum(per_event.values())
+    return {
+        "dataset": str(dataset or MOVIELENS_SMALL.name),
+        "events_timed": events,
+        "batch_size": batch_size,
+        **{f"{stage}_us_per_event": round(us, 2) for stage, us in per_event.items()},
+        "total_us_per_event": round(total / events * 1e6, 2),
+        "driftline_events_per_s": events / total,
+        "river_events_per_s": river.events_per_s,
+        "ratio_to_river": events / total / river.events_per_s,
+    }

@@ -1,0 +1,30 @@
+"""``bench stages`` times each stage of the ingest path where it is called."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from benchmarks.bench.stages import STAGES, run_stages
+from tests.support.synthetic import stationary_stream
+
+
+def test_the_stages_add_up_to_the_path_and_river_is_beside_them(tmp_path: Path) -> None:
+    rows = stationary_stream(n_events=4_000, seed=3)
+    dataset = tmp_path / "ratings.tsv"
+    dataset.write_text(
+        "".join(
+            f"{e['user_id']}\t{e['item_id']}\t{e['rating']}\t{int(e['timestamp'])}\n" for e in rows
+        )
+    )
+    figures = run_stages(dataset=dataset)
+    assert figures["events_timed"] == 3_200  # after the warm-up share
+    stages = [figures[f"{stage}_us_per_event"] for stage in (*STAGES, "other")]
+    for stage in ("store", "fold_in", "ranking", "popular", "monitor"):
+        assert figures[f"{stage}_us_per_event"] > 0, stage
+    assert sum(stages) == pytest.approx(figures["total_us_per_event"], abs=0.1)
+    assert figures["river_events_per_s"] > 0
+    assert figures["ratio_to_river"] == pytest.approx(
+        figures["driftline_events_per_s"] / figures["river_events_per_s"]
+    )
