@@ -114,8 +114,11 @@ def _spend_today(jobs: list[dict[str, Any]]) -> float:
     return sum(j.get("cost_usd") or 0.0 for j in jobs if j["created_at"] >= midnight)
 
 
-def overview(reads: StreamReads, consumer: Any | None) -> dict[str, Any]:
-    """The overview's figures: what serves, how well, what runs, what it costs."""
+def overview(
+    reads: StreamReads, consumer: Any | None, *, consumed_elsewhere: bool = False
+) -> dict[str, Any]:
+    """The overview's figures: what serves, how well, what runs, what it costs.
+    ``consumed_elsewhere``: the replica's stream process consumes Kafka."""
     beats = reads.heartbeats()
     with reads.db.connect() as conn:
         alerts = list_alerts(conn, RECENT)
@@ -128,6 +131,7 @@ def overview(reads: StreamReads, consumer: Any | None) -> dict[str, Any]:
         "labelled_seen": reads.labelled_seen,
         "events_per_second": events_per_second(beats),
         "kafka": None if consumer is None else asdict(consumer.state),
+        "kafka_elsewhere": consumed_elsewhere,
         "cluster": reads.cluster_status(),
         "tracks": reads.accuracy_summary(),
         "policy": reads.policy_status(),

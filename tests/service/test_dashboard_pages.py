@@ -224,3 +224,19 @@ def test_the_overview_shows_the_replica_and_the_leader(served: tuple[TestClient,
     assert f"replica <b>{cluster['replica_id']}</b>: <b>leads</b>" in section
     assert f"leader {cluster['leader_id']} (fencing token {cluster['fencing_token']})" in section
     assert f"event log applied to {cluster['applied_position']}; 0 behind" in section
+
+
+def test_the_overview_says_the_stream_process_consumes_kafka(
+    served: tuple[TestClient, int],
+) -> None:
+    client, _ = served
+    settings = client.app.state.settings
+    client.app.state.settings = settings.model_copy(
+        update={"kafka_bootstrap": "kafka:9092", "stream_process": True}
+    )
+    try:
+        text = client.get("/dashboard").text
+    finally:
+        client.app.state.settings = settings
+    assert "consumed by this replica's stream process" in text
+    assert "not consuming" not in text

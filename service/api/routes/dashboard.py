@@ -16,7 +16,7 @@ from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import HTMLResponse, Response
 
 from service.api.access import Access, Principal, PrincipalDep, read_form
-from service.api.deps import DatabaseDep, ReadsDep, SwapperDep
+from service.api.deps import DatabaseDep, ReadsDep, SettingsDep, SwapperDep
 from service.api.schemas import MAX_ALERT_ID, MAX_JOB_ID, AlertDetailPublic, answers
 from service.auth.sessions import COOKIE, CSRF_FIELD
 from service.dashboard import views
@@ -145,10 +145,16 @@ async def sign_out() -> Response:
 
 
 @router.get("/dashboard", response_class=HTMLResponse, responses=answers(503))
-def dashboard(reads: ReadsDep, request: Request, principal: PrincipalDep) -> str:
+def dashboard(
+    reads: ReadsDep, settings: SettingsDep, request: Request, principal: PrincipalDep
+) -> str:
     """Overview: what serves, how well, events in, Kafka lag, the running job, spend."""
     consumer = getattr(request.app.state, "consumer", None)
-    summary = views.overview(reads, consumer)
+    # With STREAM_PROCESS the replica's stream process consumes Kafka, not this one.
+    consumed_elsewhere = consumer is None and bool(
+        settings.kafka_bootstrap and settings.stream_process
+    )
+    summary = views.overview(reads, consumer, consumed_elsewhere=consumed_elsewhere)
     return _page(request, principal, "overview.html", "Overview", "overview", o=summary)
 
 
