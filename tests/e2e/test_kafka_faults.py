@@ -159,8 +159,12 @@ def test_the_service_reconnects_after_a_broker_restart_and_catches_up(tmp_path: 
 
             produce(broker.bootstrap, "events", events(0, 500), key=None)
             _wait_for(lambda: stored() == 500, 60, "the first 500 events")
-            kafka = http.get("/healthz").json()["kafka"]
-            assert kafka["connected"] and sum(kafka["lag"].values()) == 0
+
+            def caught_up() -> bool:  # the lag is refreshed after each poll
+                kafka = http.get("/healthz").json()["kafka"]
+                return bool(kafka["connected"]) and sum(kafka["lag"].values()) == 0
+
+            _wait_for(caught_up, 10, "the consumer's lag to read 0")
             assert "driftline_consumer_lag" in http.get("/metrics").text
 
             broker.stop()
