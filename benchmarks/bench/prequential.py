@@ -40,10 +40,13 @@ def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> l
     ]
 
 
-def _replay(pipeline: Driftline, river: RiverTrack, stream: RatingStream, size: int) -> float:
-    """Seconds the pipeline spent ingesting, retraining included."""
+def _replay(
+    pipeline: Driftline, river: RiverTrack, stream: RatingStream, size: int, first: int = 0
+) -> float:
+    """Seconds the pipeline spent ingesting events ``first`` on, retraining included;
+    river learns the same batches after it."""
     spent = 0.0
-    for start in range(0, len(stream), size):
+    for start in range(first, len(stream), size):
         stop = min(start + size, len(stream))
         batch = _batch(stream, start, stop)
         began = time.perf_counter()

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.baselines import RiverTrack
-from benchmarks.bench.prequential import _batch
+from benchmarks.bench.prequential import _batch, _replay
 from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
 from service.settings import Settings
 from service.wiring import Driftline, build_driftline
@@ -106,19 +106,7 @@ def run_stages(
         clock = StageClock()
         _instrument(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
-        total = 0.0
-        for start in range(warm, len(stream), batch_size):
-            stop = min(start + batch_size, len(stream))
-            batch = _batch(stream, start, stop)
-            began = time.perf_counter()
-            pipeline.ingest(batch)
-            total += time.perf_counter() - began
-            river.process(
-                stream.user_ids[start:stop],
-                stream.item_ids[start:stop],
-                stream.ratings[start:stop],
-                stream.timestamps[start:stop],
-            )
+        total = _replay(pipeline, river, stream, batch_size, first=warm)
         pipeline.db.dispose()
     events = len(stream) - warm
     per_event = {stage: clock.seconds[stage] / events * 1e6 for stage in STAGES}
