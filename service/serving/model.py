@@ -48,9 +48,10 @@ from immutables import Map
 
 from functions.mf import BiasedMF
 from service.serving.answers import KeptAnswers
-from service.serving.foldin import OnlineBiases, chunk_limit, decayed_group_sums
+from service.serving.foldin import LEARN_CHUNK, OnlineBiases
 from service.serving.index import ItemIndex
 from service.serving.rows import LruRows
+from service.serving.sequential import fold_in_events, solve_rows
 from service.serving.vector import (
     BIAS,
     EXTRA,
@@ -132,7 +133,6 @@ class ServingModel:
         self.bias_regularization = bias_regularization
         self.scale_regularization = scale_regularization
         self.forgetting = forgetting
-        self._chunk = chunk_limit(forgetting)
         self.rating_range = rating_range
         self._dim = (model.factors if model is not None else 0) + EXTRA
         self._ridge = np.full(self._dim, float(regularization))
@@ -210,12 +210,11 @@ class ServingModel:
     ) -> None:
         """Fold labelled events (n,) into the user vectors and new-item biases.
 
-        Long replays go through in chunks, so the per-event (k+1)x(k+1) work arrays
-        stay small; with ``pause_s``, a sleep between chunks. A hot swap replays tens of
-        thousands of events beside the request loop, under the same interpreter lock:
-        taken at once it held the process for a few hundred milliseconds, paused it
-        leaves the loop room (the lock is free while this thread sleeps). The chunks,
-        and so the result, are the same either way.
+        Long replays go through in chunks; with ``pause_s``, a sleep between chunks. A
+        hot swap replays tens of thousands of events beside the request loop, under the
+        same interpreter lock: taken at once it held the process for a few hundred
+        milliseconds, paused it leaves the loop room (the lock is free while this thread
+        sleeps). The chunks, and so the result, are the same either way.
         """
         ratings = np.asarray(ratings, dtype=np.float64)
         for chunk in self._chunks(len(user_ids)):
@@ -226,16 +225,13 @@ class ServingModel:
     def predict_then_learn(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
     ) -> np.ndarray:
-        """Prequential at event granularity, vectorised over a batch.
+        """Prequential at event granularity: predict each event, then learn it.
 
         Event j is predicted with everything before it, including the earlier events of
-        the same batch, then folded in: for users, a batch of 500 behaves exactly like
-        500 single events, which matters because users rate in bursts. Item biases are
-        sequential too, but their residuals use each user's vector from before the
-        batch (an approximation that keeps the computation vectorised). Per-user running
-        sums inside the batch come from one cumulative sum over events grouped by user;
-        event j's vector is one small ridge solve, batched over the whole batch.
-        Returns the predictions (n,).
+        the same batch, then folded in, for its user and its item alike: a batch of 500
+        learns exactly what 500 single events would, which matters because users rate
+        in bursts. The batch goes through one compiled pass
+        (``service.serving.sequential``). Returns the predictions (n,).
         """
         return self.predict_then_learn_vectors(user_ids, item_ids, ratings)[0]
 
@@ -262,40 +258,46 @@ class ServingModel:
 
     def _chunks(self, n: int) -> list[slice]:
         """The slices of ``n`` events that one fold-in call groups."""
-        return [slice(start, start + self._chunk) for start in range(0, n, self._chunk)]
+        return [slice(start, start + LEARN_CHUNK) for start in range(0, n, LEARN_CHUNK)]
 
     def _predict_then_learn_chunk(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         n = len(user_ids)
-        mean = self._means_before(ratings)
-        users = self._users
+        means = np.empty(n)
+        means[:] = self._means_before(ratings)
+        users, items = self._users, self._items.rows
         rows = users.rows_for(user_ids)
         self._give_priors()
-        current = users["vector"][rows]
-        # What is left for s_u · b_i once μ, the factors and b_u have spoken.
-        factors = self._factors_of(item_ids)
-        residuals = ratings - mean - np.einsum("nd,nd->n", factors, current[:, :BIAS])
-        residuals -= current[:, BIAS]
-        item_bias = self._items.learn_sequential(item_ids, residuals, weights=current[:, SCALE])
-        features = self._item_features(factors, item_bias)
-        target = ratings - mean
-        outer = features[:, :, None] * features[:, None, :]
-        sums = decayed_group_sums(rows, [outer, features * target[:, None]], self.forgetting)
-        weight, gram, rhs = sums.stored_weight, users["gram"], users["rhs"]
-        system = weight[:, None, None] * gram[rows] + sums.before[0]
-        system += np.diag(self._ridge)
-        right = weight[:, None] * rhs[rows] + sums.before[1]
-        right += self._ridge * users["prior"][rows]
-        vectors = np.linalg.solve(system, right[..., None])[..., 0]
-        predictions = np.clip(mean + np.einsum("nd,nd->n", features, vectors), *self.rating_range)
-        unique, final = sums.unique_rows, sums.final_weight
-        gram[unique] = final[:, None, None] * gram[unique] + sums.totals[0]
-        rhs[unique] = final[:, None] * rhs[unique] + sums.totals[1]
-        self._solve(unique)
+        item_rows = items.rows_for(item_ids)
+        model_rows = self._model_item_rows(item_ids)
+        predictions, vectors = np.empty(n), np.empty((n, self._dim))
+        fold_in_events(
+            rows,
+            item_rows,
+            self._factors_at(model_rows),
+            np.ascontiguousarray(ratings),
+            means,
+            users["gram"],
+            users["rhs"],
+            users["prior"],
+            self._ridge,
+            items["sum"],
+            items["count"],
+            float(self._items.regularization),
+            float(self.forgetting),
+            float(self.rating_range[0]),
+            float(self.rating_range[1]),
+            predictions,
+            vectors,
+        )
+        unique = np.unique(rows)
+        solve_rows(
+            unique, users["gram"], users["rhs"], users["prior"], self._ridge, users["vector"]
+        )
         self._rating_sum += float(ratings.sum())
         self._rating_count += n
-        self._publish(unique, item_ids)
+        self._publish(unique, item_rows, model_rows)
         return predictions, vectors
 
     def _give_priors(self) -> None:
@@ -308,8 +310,13 @@ class ServingModel:
         users["prior"][users.fresh] = priors
         users["vector"][users.fresh] = priors
 
-    def _publish(self, user_rows: np.ndarray, item_ids: Sequence[str]) -> None:
-        """Evict over the bounds, then publish the next view (see the module docstring)."""
+    def _publish(
+        self, user_rows: np.ndarray, item_rows: np.ndarray, model_rows: np.ndarray
+    ) -> None:
+        """Evict over the bounds, then publish the next view (see the module docstring).
+
+        ``item_rows`` and ``model_rows`` are the batch's items' online and version rows.
+        """
         users = self._users
         with self._view.user_vectors.mutate() as vectors:
             for row in user_rows.tolist():
@@ -319,21 +326,24 @@ class ServingModel:
             for key in users.evict():
                 vectors.pop(key, None)
             user_vectors = vectors.finish()
-        touched = list(dict.fromkeys(item_ids))
         evicted = self._items.evict()
         view = self._view
         item_bias, risen, fallen = view.item_bias, view.risen, view.fallen
         if self.model is not None:
             item_bias = item_bias.copy()
-            rows = self.model.encode_items(touched + evicted)
-            known = rows >= 0
-            prior = np.where(known, self.model.item_bias[rows], 0.0)
-            ranked = self._items.values(
-                touched, self.ranking_item_bias_regularization, prior[: len(touched)]
+            online, first = np.unique(item_rows, return_index=True)
+            touched = model_rows[first]
+            known = touched >= 0
+            ranked = self._items.biases_of_rows(
+                online[known],
+                self.ranking_item_bias_regularization,
+                self.model.item_bias[touched[known]],
             )
-            values = np.concatenate([ranked, prior[len(touched) :]])
-            item_bias[rows[known]] = values[known]
-            risen, fallen = moved_after(view, rows[known], item_bias)
+            item_bias[touched[known]] = ranked
+            gone = self.model.encode_items(evicted)
+            gone = gone[gone >= 0]
+            item_bias[gone] = self.model.item_bias[gone]
+            risen, fallen = moved_after(view, np.concatenate([touched[known], gone]), item_bias)
         self._view = replace(
             view,
             global_mean=self.global_mean,
@@ -436,14 +446,23 @@ class ServingModel:
             return version_vectors(None, np.full(len(user_ids), -1))
         return version_vectors(self.model, self.model.encode_users(list(user_ids)))
 
+    def _model_item_rows(self, item_ids: Sequence[str]) -> np.ndarray:
+        """The version's row of each item (-1: the version lacks it, or no version)."""
+        if self.model is None:
+            return np.full(len(item_ids), -1, dtype=np.int64)
+        return self.model.encode_items(list(item_ids))
+
+    def _factors_at(self, model_rows: np.ndarray) -> np.ndarray:
+        """q_i (n x k) of the version's item ``model_rows``; -1 rows get zero factors."""
+        factors = np.zeros((len(model_rows), self._dim - EXTRA))
+        known = model_rows >= 0
+        if self.model is not None:
+            factors[known] = self.model.item_factors[model_rows[known]]
+        return factors
+
     def _factors_of(self, item_ids: Sequence[str]) -> np.ndarray:
         """q_i (n x k); items the version lacks have zero factors."""
-        factors = np.zeros((len(item_ids), self._dim - EXTRA))
-        if self.model is not None:
-            items = self.model.encode_items(list(item_ids))
-            known = items >= 0
-            factors[known] = self.model.item_factors[items[known]]
-        return factors
+        return self._factors_at(self._model_item_rows(item_ids))
 
     def _item_features(self, factors: np.ndarray, item_bias: np.ndarray) -> np.ndarray:
         """[q_i; 1; b_i] (n x k+2), what a user vector [p_u; b_u; s_u] multiplies."""
@@ -456,4 +475,4 @@ class ServingModel:
 
 def _at_least_a_chunk(limit: int | None) -> int | None:
     """A bound no smaller than one learnt chunk: the keys just learnt are never evicted."""
-    return None if limit is None else max(limit, chunk_limit(1.0))
+    return None if limit is None else max(limit, LEARN_CHUNK)

@@ -69,17 +69,15 @@ class LruRows:
         """The row of each key, marking each as just seen; new keys get zeroed rows.
 
         The rows handed to keys new in this call are left in ``fresh`` (unique, in
-        order of first appearance) so the caller can give them their priors.
+        order of first appearance) so the caller can give them their priors. The work
+        per distinct key is done once: a batch names its users many times over.
         """
-        index, rows, fresh = self.index, np.empty(len(keys), dtype=np.int64), []
-        for position, key in enumerate(keys):
-            row = index.get(key)
-            if row is None:
-                row = self._allocate(key)
-                fresh.append(row)
-            else:
-                index.move_to_end(key)
-            rows[position] = row
+        index = self.index
+        fresh = [self._allocate(key) for key in dict.fromkeys(keys) if key not in index]
+        # Recency: each key moves to the end once, in the order of its last appearance.
+        for key in reversed(list(dict.fromkeys(reversed(keys)))):
+            index.move_to_end(key)
+        rows = np.fromiter(map(index.__getitem__, keys), dtype=np.int64, count=len(keys))
         self.fresh = np.asarray(fresh, dtype=np.int64)
         if fresh:
             for array in self.arrays.values():
