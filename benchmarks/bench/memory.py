@@ -5,6 +5,13 @@ each with a user and an item it has never seen (the worst case for per-id online
 Its resident memory is read from ``/proc`` after every ``ids / 5`` events. The same run
 is made twice: with the default bounds (``SERVING_MAX_USERS``, ``SERVING_MAX_ITEMS``)
 and with both unbounded, the behaviour before the bounds existed.
+
+Beside it, in-process, the online state one user and one item cost: ``2**17`` new users
+(one rating each, of items the version knows) and then ``2**17`` new items (rated by
+users the version knows) are folded into a ``ServingModel`` and the rated-items history
+under ``tracemalloc``; the growth divided by the count is the bytes per user and per
+item. ``2**17`` keys fill the row arrays exactly (they grow by doubling), so no spare
+capacity is counted.
 """
 
 from __future__ import annotations
@@ -12,13 +19,23 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
 import httpx
+import numpy as np
 
 from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
 from benchmarks.launcher import ServerProcess
+from functions.mf import BiasedMF
+from service.serving.history import RatedItems
+from service.serving.model import ServingModel
+from service.settings import Settings
+
+#: New users, then new items, whose online state is measured: a power of two fills the
+#: doubling row arrays exactly.
+PER_KEY_SAMPLE = 2**17
 
 _ENV = {
     "DRIFTLINE_RETRAIN_RUNTIME": "inprocess",
@@ -71,11 +88,51 @@ def _run(ids: int, batch: int, dataset: Path | None, env: dict[str, str]) -> dic
     return {"rss_mb": rss, "events_seen": health["labelled_events_seen"]}
 
 
+def _traced_growth(learn: Any, keys: int) -> int:
+    """Bytes ``learn()`` left allocated, as ``tracemalloc`` counts them."""
+    before = tracemalloc.take_snapshot()
+    learn()
+    after = tracemalloc.take_snapshot()
+    return sum(stat.size_diff for stat in after.compare_to(before, "filename"))
+
+
+def online_state_bytes(dataset: Path | None = None, keys: int = PER_KEY_SAMPLE) -> dict[str, Any]:
+    """Bytes of online state per new user and per new item, at the default settings."""
+    settings = Settings()
+    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=20_000)
+    model = BiasedMF(factors=settings.factors, seed=0)
+    model.fit(stream.user_ids, stream.item_ids, stream.ratings, epochs=2)
+    serving = ServingModel(model, "v", max_users=None, max_items=None)
+    history = RatedItems(max_pairs=None)
+    rng = np.random.default_rng(0)
+    known_items = [model.item_ids[k] for k in rng.integers(0, model.n_items, keys)]
+    known_users = [model.user_ids[k] for k in rng.integers(0, model.n_users, keys)]
+    ratings = rng.uniform(0.5, 5.0, keys)
+    new_users = [f"new-user-{k}" for k in range(keys)]
+    new_items = [f"new-item-{k}" for k in range(keys)]
+    serving.learn(known_users[:10], known_items[:10], ratings[:10])  # compiles the kernel
+    tracemalloc.start()
+    try:
+        per_user = _traced_growth(lambda: serving.learn(new_users, known_items, ratings), keys)
+        history_per_user = _traced_growth(lambda: history.add(new_users, known_items), keys)
+        per_item = _traced_growth(lambda: serving.learn(known_users, new_items, ratings), keys)
+    finally:
+        tracemalloc.stop()
+    return {
+        "factors": settings.factors,
+        "keys_measured": keys,
+        "foldin_bytes_per_user": round(per_user / keys),
+        "foldin_bytes_per_item": round(per_item / keys),
+        "history_bytes_per_user": round(history_per_user / keys),
+    }
+
+
 def run_memory(
     dataset: Path | None = None, limit: int | None = None, batch_size: int = 5_000
 ) -> dict[str, Any]:
-    """Resident memory of a server taking ``limit`` (default 500,000) new ids."""
-    ids = limit or 500_000
+    """Resident memory of a server taking ``limit`` (default 10⁶) new ids, and the
+    online state's bytes per user and per item."""
+    ids = limit or 1_000_000
     bounded = _run(ids, batch_size, dataset, {})
     unbounded = _run(
         ids,
@@ -83,7 +140,7 @@ def run_memory(
         dataset,
         {"DRIFTLINE_SERVING_MAX_USERS": "none", "DRIFTLINE_SERVING_MAX_ITEMS": "none"},
     )
-    figures: dict[str, Any] = {"new_ids": ids}
+    figures: dict[str, Any] = {"new_ids": ids, **online_state_bytes(dataset)}
     for name, run in (("bounded", bounded), ("unbounded", unbounded)):
         rss = run["rss_mb"]
         figures[f"{name}_rss_mb_before"] = round(rss[0], 1)

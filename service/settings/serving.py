@@ -83,7 +83,7 @@ class ServingSettings(BaseModel):
         200_000,
         ge=4096,
         description=(
-            "Most users whose online fold-in is kept (about 1 KB each at 8 factors); the "
+            "Most users whose online fold-in is kept (about 2.5 KB each at 8 factors); the "
             "least recently seen are evicted and served from the version's vector."
         ),
     )
@@ -91,7 +91,7 @@ class ServingSettings(BaseModel):
         1_000_000,
         ge=4096,
         description=(
-            "Most items whose online bias is kept (about 150 bytes each); the least "
+            "Most items whose online bias is kept (about 200 bytes each); the least "
             "recently seen are evicted and get a zero online bias."
         ),
     )
