@@ -25,15 +25,13 @@ yardstick the learning path is held to (BENCHMARKS.md "prequential").
 from __future__ import annotations
 
 import tempfile
-import time
-from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.bench.prequential import _batch, _replay
 from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.stage_clock import StageClock
 from service.settings import Settings
 from service.wiring import Driftline, build_driftline
 
@@ -50,27 +48,6 @@ STAGES = (
     "monitor",
     "trigger",
 )
-
-
-class StageClock:
-    """Seconds spent in each stage, summed over batches."""
-
-    def __init__(self) -> None:
-        self.seconds: dict[str, float] = defaultdict(float)
-
-    def wrap(self, stage: str, owner: Any, name: str) -> None:
-        """Time every call of ``owner.name`` as ``stage`` (an instance attribute
-        shadows the method for this object only)."""
-        call: Callable[..., Any] = getattr(owner, name)
-
-        def timed(*args: Any, **kwargs: Any) -> Any:
-            began = time.perf_counter()
-            try:
-                return call(*args, **kwargs)
-            finally:
-                self.seconds[stage] += time.perf_counter() - began
-
-        setattr(owner, name, timed)
 
 
 def _instrument(pipeline: Driftline, clock: StageClock) -> None:

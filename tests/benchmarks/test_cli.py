@@ -42,6 +42,12 @@ def test_bench_prequential_prints_one_json_object_last(tmp_path: Path) -> None:
         assert 0.0 < figures[key] < 2.0, figures
     assert figures["retrains"] >= 1
     assert figures["driftline_events_per_s"] > 0 and figures["river_events_per_s"] > 0
+    # The learning path is the ingest path less the store's transactions.
+    assert figures["learning_path_events_per_s"] > figures["driftline_events_per_s"]
+    assert figures["store_s"] > 0
+    assert figures["learning_path_ratio_to_river"] == pytest.approx(
+        figures["learning_path_events_per_s"] / figures["river_events_per_s"]
+    )
 
 
 def test_bench_rejects_an_unknown_name_and_options_it_does_not_take() -> None:
