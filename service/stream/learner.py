@@ -69,6 +69,34 @@ class Evaluation:
         return not self.users
 
 
+@dataclass(frozen=True)
+class _Columns:
+    """A batch's events as columns, taken once: every event's user and item (rated and
+    popular items count them all), and the labelled events' users, items and ratings."""
+
+    all_users: list[str]
+    all_items: list[str]
+    users: list[str]
+    items: list[str]
+    ratings: np.ndarray
+
+    @classmethod
+    def of(cls, stored: Sequence[NewEvent]) -> _Columns:
+        all_users = [e.user_id for e in stored]
+        all_items = [e.item_id for e in stored]
+        ratings = [e.rating for e in stored]
+        if None not in ratings:  # the usual batch: every event rated
+            return cls(all_users, all_items, all_users, all_items, np.array(ratings, dtype=float))
+        labelled = [e for e in stored if e.rating is not None]
+        return cls(
+            all_users,
+            all_items,
+            [e.user_id for e in labelled],
+            [e.item_id for e in labelled],
+            np.array([e.rating for e in labelled], dtype=float),
+        )
+
+
 class Learner:
     """Test-then-train over stored events; owns the serving state and the tracks."""
 
@@ -134,46 +162,41 @@ class Learner:
     def learn(self, stored: Sequence[NewEvent], position: int) -> Evaluation:
         """Evaluate then learn the events of the log up to ``position``; rated and
         popular items too."""
-        evaluation = self._evaluate_and_learn(stored) if self.evaluate else self._fold_in(stored)
-        self.popular.add([e.user_id for e in stored], [e.item_id for e in stored])
+        batch = _Columns.of(stored)
+        evaluation = (
+            self._evaluate_and_learn(stored, batch) if self.evaluate else self._fold_in(batch)
+        )
+        self.popular.add(batch.all_users, batch.all_items)
         self.applied = max(self.applied, position)
         return evaluation
 
-    def _fold_in(self, stored: Sequence[NewEvent]) -> Evaluation:
+    def _fold_in(self, batch: _Columns) -> Evaluation:
         """Learn without evaluating: the serving state, rated items and counters."""
-        labelled = [e for e in stored if e.rating is not None]
         before = self.labelled_seen
-        if labelled:
-            ratings = np.fromiter(
-                (e.rating for e in labelled), dtype=np.float64, count=len(labelled)
-            )
-            users = [e.user_id for e in labelled]
-            self.serving.learn(users, [e.item_id for e in labelled], ratings)
-            self.labelled_seen += len(labelled)
-        self.history.add([e.user_id for e in stored], [e.item_id for e in stored])
+        if batch.users:
+            self.serving.learn(batch.users, batch.items, batch.ratings)
+            self.labelled_seen += len(batch.users)
+        self.history.add(batch.all_users, batch.all_items)
         nothing = np.empty(0)
         return Evaluation(
             [], [], nothing, nothing, before, self.labelled_seen, self.serving.version, False
         )
 
-    def _evaluate_and_learn(self, stored: Sequence[NewEvent]) -> Evaluation:
+    def _evaluate_and_learn(self, stored: Sequence[NewEvent], batch: _Columns) -> Evaluation:
         view = self.serving.view  # the items as the batch found them, for ranking
-        labelled = [e for e in stored if e.rating is not None]
         before = self.labelled_seen
-        if not labelled:
+        if not batch.users:
             self.ranking.rank(stored, view, self.static)
             nothing = np.empty(0)
             return Evaluation([], [], nothing, nothing, before, before, view.version, False)
-        users = [e.user_id for e in labelled]
-        items = [e.item_id for e in labelled]
-        ratings = np.fromiter((e.rating for e in labelled), dtype=np.float64, count=len(labelled))
+        users, items, ratings = batch.users, batch.items, batch.ratings
         predicted, vectors = self.serving.predict_then_learn_vectors(users, items, ratings)
         self.ranking.rank(stored, view, self.static, vectors)
         static = self._static_predict(users, items, predicted)
         self.tracker.record("driftline", ratings, predicted)
         self.tracker.record("static", ratings, static)
-        self.labelled_seen += len(labelled)
-        self.metrics.labelled_events.inc(len(labelled))
+        self.labelled_seen += len(users)
+        self.metrics.labelled_events.inc(len(users))
         return Evaluation(
             users,
             items,
