@@ -11,7 +11,6 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 
 import numpy as np
 from sqlalchemy import Connection, Result, func, select
@@ -19,8 +18,6 @@ from sqlalchemy import Connection, Result, func, select
 from service.store.tables import events
 
 _COLUMNS = ("event_id", "user_id", "item_id", "rating", "timestamp", "ingested_at")
-# 1,000 rows x 6 columns stays inside SQLite's and PostgreSQL's bound-parameter limits.
-_ROWS_PER_STATEMENT = 1_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,55 +105,118 @@ class LabelledEvents:
         )
 
 
-@lru_cache(maxsize=64)
-def _insert_sql(paramstyle: str, rows: int) -> str:
-    """INSERT … ON CONFLICT (event_id) DO NOTHING RETURNING event_id, for ``rows`` rows.
-
-    One statement both stores the new events and names them, and the unique index
-    decides what is a duplicate, so concurrent writers can never both store an id.
-    Written as driver SQL with one multi-row VALUES list: on the ingestion hot path
-    this is about 40% faster than building the same statement per row through the
-    SQLAlchemy compiler. SQLite (3.35+) and PostgreSQL both accept it.
-    """
-    marker = "?" if paramstyle == "qmark" else "%s"
-    row = "(" + ",".join([marker] * len(_COLUMNS)) + ")"
-    return (
-        f"INSERT INTO events ({','.join(_COLUMNS)}) VALUES {','.join([row] * rows)} "
-        "ON CONFLICT (event_id) DO NOTHING RETURNING event_id, id"
-    )
-
-
 #: The advisory lock PostgreSQL writers of events hold to the end of their transaction.
 _LOG_LOCK = 0x44524654  # "DRFT"
+
+_INSERT_COLUMNS = ",".join(_COLUMNS)
+#: SQLite: one row per execution of ``executemany``, run by the driver's C loop.
+_SQLITE_INSERT = (
+    f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES (?,?,?,?,?,?) ON CONFLICT (event_id) DO NOTHING"
+)
+#: PostgreSQL: the batch as five arrays, one statement of the same text whatever the
+#: batch size (so psycopg prepares it once per connection), rows in the batch's order.
+_POSTGRESQL_INSERT = (
+    f"INSERT INTO events ({_INSERT_COLUMNS}) "
+    "SELECT k, u, i, r, t, %s FROM unnest("
+    "%s::text[], %s::text[], %s::text[], %s::float8[], %s::float8[]"
+    ") WITH ORDINALITY AS batch (k, u, i, r, t, n) ORDER BY n "
+    "ON CONFLICT (event_id) DO NOTHING RETURNING event_id, id"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class _Inserted:
+    """What one insert did: the newest id before it and after it, and the keys of the
+    rows it stored (None: every row it was given)."""
+
+    log_before: int
+    position: int
+    keys: set[str] | None
 
 
 def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
     """Store the events of ``batch`` not stored before; run inside the caller's transaction.
 
+    The unique index on ``event_id`` decides what is a duplicate (an id stored before,
+    by any writer, or repeated inside the batch: the first copy wins), so concurrent
+    writers can never both store an id. An event without an id gets a fresh one.
+
     The events table is the cluster's log: replicas apply it in id order, so ids must
     become visible in the order they were given. On PostgreSQL, writers take one
     transaction-scoped advisory lock before their first insert and commit in turn (a
     sequence alone hands out ids that concurrent transactions commit out of order, and
-    a reader following ``id > last`` would skip the late ones for good); SQLite has one
-    writer at a time anyway.
+    a reader following ``id > last`` would skip the late ones for good); on SQLite the
+    transaction takes the database's one write lock before it reads the newest id.
+    Either way ``log_before`` is exact: no other writer's event lies between it and
+    this batch's first id.
+
+    The batch goes to the database in one statement: ``executemany`` on SQLite, five
+    arrays through ``unnest`` on PostgreSQL (``_SQLITE_INSERT``, ``_POSTGRESQL_INSERT``).
     """
     unique: dict[str, NewEvent] = {}
     for event in batch:
         unique.setdefault(event.event_id or uuid.uuid4().hex, event)
-    if conn.dialect.name == "postgresql":
-        conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOG_LOCK})")
+    if not unique:
+        newest = max_event_id(conn)
+        return IngestOutcome([], 0, newest, newest)
+    insert = _sqlite_insert if conn.dialect.name == "sqlite" else _postgresql_insert
+    inserted = insert(conn, unique, time.time())
+    if inserted.keys is None:
+        fresh = list(unique.values())
+    else:
+        fresh = [event for key, event in unique.items() if key in inserted.keys]
+    return IngestOutcome(fresh, len(batch) - len(fresh), inserted.log_before, inserted.position)
+
+
+def _sqlite_insert(conn: Connection, unique: dict[str, NewEvent], now: float) -> _Inserted:
+    """Insert on SQLite: take the write lock, read the newest id, ``executemany``.
+
+    ``BEGIN IMMEDIATE`` takes the lock up front (the driver would only begin at the
+    insert, after the newest id was read outside the transaction, where another
+    process could still commit). When every row was stored (the driver counts them),
+    none needs reading back; otherwise the rows above the newest id are this batch's
+    (new rowids exceed every stored one, and no other writer runs meanwhile).
+    """
+    if not _in_sqlite_transaction(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE")
     log_before = max_event_id(conn)
-    now = time.time()
     rows = [(key, e.user_id, e.item_id, e.rating, e.timestamp, now) for key, e in unique.items()]
-    inserted: dict[str, int] = {}
-    for start in range(0, len(rows), _ROWS_PER_STATEMENT):
-        chunk = rows[start : start + _ROWS_PER_STATEMENT]
-        sql = _insert_sql(conn.dialect.paramstyle, len(chunk))
-        flat = tuple(value for row in chunk for value in row)
-        inserted.update((row[0], int(row[1])) for row in conn.exec_driver_sql(sql, flat))
-    fresh = [e for key, e in unique.items() if key in inserted]
-    position = max(inserted.values(), default=log_before)
-    return IngestOutcome(fresh, len(batch) - len(fresh), log_before, position)
+    stored = conn.exec_driver_sql(_SQLITE_INSERT, rows).rowcount
+    if stored == len(rows):
+        return _Inserted(log_before, max_event_id(conn), None)
+    found = conn.exec_driver_sql(
+        "SELECT event_id, id FROM events WHERE id > ? ORDER BY id", (log_before,)
+    ).all()
+    position = int(found[-1][1]) if found else log_before
+    return _Inserted(log_before, position, {row[0] for row in found})
+
+
+def _in_sqlite_transaction(conn: Connection) -> bool:
+    """Whether the SQLite driver has begun a transaction on ``conn`` (it begins one
+    only at the first write, whatever the caller's ``begin()``)."""
+    return bool(conn.connection.dbapi_connection.in_transaction)  # type: ignore[union-attr]
+
+
+def _postgresql_insert(conn: Connection, unique: dict[str, NewEvent], now: float) -> _Inserted:
+    """Insert on PostgreSQL: the log's advisory lock, the newest id, then one statement.
+
+    The lock comes first, in its own statement: the newest id must be read in a
+    snapshot taken once the lock is held. ``RETURNING`` names the rows stored.
+    """
+    conn.exec_driver_sql(f"SELECT pg_advisory_xact_lock({_LOG_LOCK})")
+    log_before = max_event_id(conn)
+    events = list(unique.values())
+    columns = (
+        now,
+        list(unique),
+        [e.user_id for e in events],
+        [e.item_id for e in events],
+        [None if e.rating is None else float(e.rating) for e in events],
+        [None if e.timestamp is None else float(e.timestamp) for e in events],
+    )
+    found = conn.exec_driver_sql(_POSTGRESQL_INSERT, columns).all()
+    position = max((int(row[1]) for row in found), default=log_before)
+    return _Inserted(log_before, position, {row[0] for row in found})
 
 
 def count_events(conn: Connection, labelled_only: bool = False, up_to_id: int | None = None) -> int:

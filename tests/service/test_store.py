@@ -7,6 +7,8 @@ Every test runs on a SQLite file under ``tmp_path`` and, when
 
 from __future__ import annotations
 
+import random
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,6 +26,7 @@ from service.store.alerts import (
     list_heartbeats,
 )
 from service.store.events import (
+    IngestOutcome,
     LabelledEvents,
     NewEvent,
     count_events,
@@ -246,6 +249,101 @@ def test_a_batch_with_one_invalid_event_stores_none_of_it(db: Database) -> None:
         store_events(conn, batch)
     with db.connect() as conn:
         assert count_events(conn) == 0
+
+
+def _rows_between(db: Database, after: int, up_to: int) -> list[tuple[int, str]]:
+    with db.connect() as conn:
+        query = text("SELECT id, event_id FROM events WHERE id > :a AND id <= :b ORDER BY id")
+        return [(int(row[0]), row[1]) for row in conn.execute(query, {"a": after, "b": up_to})]
+
+
+def test_the_outcome_bounds_exactly_the_rows_its_batch_stored(db: Database) -> None:
+    events = _labelled(6)
+    _store(db, events[:2])
+    with db.connect() as conn:
+        newest = max_event_id(conn)
+    # Repeats inside the batch and of stored events, between new ones.
+    batch = [events[2], events[0], events[3], events[2], events[1], events[4], events[3]]
+    with db.begin() as conn:
+        outcome = store_events(conn, batch)
+    assert outcome.stored == [events[2], events[3], events[4]]
+    assert (outcome.accepted, outcome.duplicates) == (3, 4)
+    assert outcome.log_before == newest
+    with db.connect() as conn:
+        assert outcome.position == max_event_id(conn)
+    rows = _rows_between(db, outcome.log_before, outcome.position)
+    assert [event_id for _, event_id in rows] == ["e2", "e3", "e4"]
+
+
+def test_a_batch_of_duplicates_only_leaves_the_position_where_it_was(db: Database) -> None:
+    events = _labelled(3)
+    _store(db, events)
+    with db.begin() as conn:
+        outcome = store_events(conn, [events[1], events[1], events[0]])
+    assert (outcome.accepted, outcome.duplicates) == (0, 3)
+    with db.connect() as conn:
+        assert outcome.log_before == outcome.position == max_event_id(conn)
+
+
+def test_concurrent_writers_store_each_event_once_and_ids_become_visible_in_order(
+    db: Database,
+) -> None:
+    """Four writers store overlapping batches while a reader follows the log.
+
+    Every event id is stored once, each writer's outcome names exactly the rows it
+    stored (``log_before`` exact: no other writer's row lies between it and the batch),
+    and a reader never sees an id before a smaller one that commits later.
+    """
+    writers, batches, size = 4, 12, 30
+    outcomes: list[list[tuple[list[str], IngestOutcome]]] = [[] for _ in range(writers)]
+    seen: list[list[int]] = []
+    done = threading.Event()
+
+    def write(w: int) -> None:
+        rng = random.Random(w)
+        for j in range(batches):
+            # Half of each batch is shared with the other writers' j-th batches.
+            keys = [f"s{j}-{k}" for k in range(size // 2)] + [
+                f"w{w}-{j}-{k}" for k in range(size // 2)
+            ]
+            rng.shuffle(keys)
+            batch = [NewEvent(f"u{w}", key, rating=3.0, event_id=key) for key in keys]
+            with db.begin() as conn:
+                outcomes[w].append((keys, store_events(conn, batch)))
+
+    def follow() -> None:
+        while not done.is_set():
+            with db.connect() as conn:
+                seen.append([int(i) for i in conn.scalars(text("SELECT id FROM events"))])
+
+    reader = threading.Thread(target=follow)
+    reader.start()
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    done.set()
+    reader.join()
+
+    rows = _rows_between(db, 0, 2**62)
+    stored_ids = [event_id for _, event_id in rows]
+    expected = {f"s{j}-{k}" for j in range(batches) for k in range(size // 2)} | {
+        f"w{w}-{j}-{k}" for w in range(writers) for j in range(batches) for k in range(size // 2)
+    }
+    assert sorted(stored_ids) == sorted(expected)  # each once
+    results = [outcome for per_writer in outcomes for _, outcome in per_writer]
+    assert sum(o.accepted for o in results) == len(expected)
+    assert sum(o.duplicates for o in results) == writers * batches * size - len(expected)
+    for keys, outcome in (pair for per_writer in outcomes for pair in per_writer):
+        own = _rows_between(db, outcome.log_before, outcome.position)
+        assert [event_id for _, event_id in own] == [e.event_id for e in outcome.stored]
+        fresh = {e.event_id for e in outcome.stored}
+        assert [e.event_id for e in outcome.stored] == [k for k in keys if k in fresh]
+    every_id = [row_id for row_id, _ in rows]
+    for snapshot in seen:
+        if snapshot:
+            assert sorted(snapshot) == [i for i in every_id if i <= max(snapshot)]
 
 
 def test_max_event_id_is_zero_for_an_empty_store_and_grows_with_it(db: Database) -> None:
