@@ -219,9 +219,9 @@ class EventDriftMonitor(DriftDetector):
         self._drift_detected = False
         alert: DriftAlert | None = None
         start = 0
-        for position, value in enumerate(normalised.tolist()):
-            if not self._feed.feed(value):
-                continue
+        # The feed never depends on what a judgement does, so the detector can take the
+        # whole heartbeat before the changes it signalled are judged in order.
+        for position in self._feed.feed_all(normalised):
             self._append(normalised[start : position + 1], keys[start : position + 1])
             start = position + 1
             recent = self._record.recent_length(self.min_events)

@@ -75,8 +75,7 @@ def restore_state(
         ):
             feed.partial = partial
         else:
-            for value in values.astype(np.float64).tolist():
-                feed.feed(value)
+            feed.feed_all(values.astype(np.float64))
     except Exception as exc:  # a corrupt window must not half-restore the monitor
         raise StateError(f"saved ADWIN window does not load: {exc}") from exc
     keys = np.frombuffer(base64.b64decode(str(state.get("users", "")), validate=True), np.uint16)
