@@ -12,7 +12,7 @@ This package knows nothing about HTTP, SQL or how a retrain is run.
 from drift.base import DriftDetector
 from drift.detectors import DETECTORS, make_detector
 from drift.event_monitor import EventDriftMonitor
-from drift.heartbeat import Heartbeat, HeartbeatAggregator, user_key
+from drift.heartbeat import Heartbeat, HeartbeatAggregator, UserKeys, user_key
 from drift.monitor import DriftAlert, DriftMonitor
 from drift.prequential import PrequentialTracker, squared_errors
 from drift.ranking import RankingSampler, RankingTracker, hits, ndcg, rank_of, ranks_of
@@ -28,6 +28,7 @@ __all__ = [
     "PrequentialTracker",
     "RankingSampler",
     "RankingTracker",
+    "UserKeys",
     "hits",
     "make_detector",
     "ndcg",

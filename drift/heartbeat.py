@@ -12,14 +12,14 @@ from __future__ import annotations
 import math
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from numpy.typing import ArrayLike
 
-__all__ = ["Heartbeat", "HeartbeatAggregator", "user_key"]
+__all__ = ["Heartbeat", "HeartbeatAggregator", "UserKeys", "user_key"]
 
 
 @dataclass(frozen=True)
@@ -283,3 +283,36 @@ def user_key(user_id: str) -> int:
     (True, True)
     """
     return zlib.crc32(user_id.encode("utf-8")) & 0xFFFF
+
+
+class UserKeys:
+    """``user_key`` of a batch's users, each user's key computed once.
+
+    The keys of a batch are looked up in a dictionary in one pass (the CRC runs only for
+    users not seen before), where computing every event's key cost a Python call each.
+    The dictionary is dropped and starts afresh once it holds ``limit`` users, so its
+    memory stays bounded however many users the stream brings.
+
+    Examples
+    --------
+    >>> keys = UserKeys()
+    >>> keys(["u1", "u2", "u1"]).tolist() == [user_key("u1"), user_key("u2"), user_key("u1")]
+    True
+    """
+
+    def __init__(self, limit: int = 1_000_000) -> None:
+        self.limit = limit
+        self._keys: dict[str, int] = {}
+
+    def __call__(self, users: Sequence[str]) -> np.ndarray:
+        """The keys of ``users``, shape ``(n,)``, ``uint16``."""
+        keys = self._keys
+        try:
+            return np.fromiter(map(keys.__getitem__, users), dtype=np.uint16, count=len(users))
+        except KeyError:
+            if len(keys) + len(users) > self.limit:
+                keys.clear()
+            for user in users:
+                if user not in keys:
+                    keys[user] = user_key(user)
+            return np.fromiter(map(keys.__getitem__, users), dtype=np.uint16, count=len(users))

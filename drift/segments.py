@@ -45,6 +45,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from numba import njit
 from numpy.typing import ArrayLike
 
 __all__ = ["SegmentBuffer", "SegmentRules", "attribute_rise"]
@@ -106,10 +107,13 @@ class SegmentRules:
 class SegmentBuffer:
     """The newest labelled events, their squared errors, and the split of a rise.
 
-    Memory is bounded by ``capacity`` events (a few dozen bytes each besides the id
-    strings, which the buffer shares with the events) and one counter per distinct
-    item among them. ``record`` is a short loop per event for the item counters;
-    ``report`` is vectorised and runs only when an alert is raised.
+    Memory is bounded by ``capacity`` events (a few dozen bytes each) and by the ids
+    the buffer has codes for, at most about twice as many as it holds events (the
+    table of codes is rebuilt from the events kept when it grows past that). Each id
+    gets a small integer code once, so ``record`` is a dictionary look-up per id and a
+    compiled loop for the item counters, and ``report`` works on integer arrays: the
+    events compared (the reference before the change and everything after it) and one
+    count per user of the events before the change.
 
     Parameters
     ----------
@@ -143,16 +147,28 @@ class SegmentBuffer:
         self.capacity = capacity
         self.rules = rules if rules is not None else SegmentRules()
         self._positions = np.zeros(capacity, dtype=np.int64)
-        self._users = np.empty(capacity, dtype=object)
-        self._items = np.empty(capacity, dtype=object)
+        self._users = np.full(capacity, -1, dtype=np.int64)
+        self._items = np.full(capacity, -1, dtype=np.int64)
         self._errors = np.zeros(capacity, dtype=np.float64)
         self._popularity = np.zeros(capacity, dtype=np.int64)
-        self._item_counts: dict[str, int] = {}
+        self._user_codes = _Codes()
+        self._item_codes = _Codes()
+        #: Events in the buffer per item code.
+        self._item_events = np.zeros(0, dtype=np.int64)
         self._next = 0
         self._size = 0
+        #: Whether every event came after the ones before it (then a report reads the
+        #: events either side of the change as two runs of the buffer).
+        self._increasing = True
 
     def __len__(self) -> int:
         return self._size
+
+    @property
+    def _item_counts(self) -> dict[str, int]:
+        """The items in the buffer and their events."""
+        names = self._item_codes.names
+        return {names[k]: int(n) for k, n in enumerate(self._item_events.tolist()) if n}
 
     def record(
         self,
@@ -177,59 +193,85 @@ class SegmentBuffer:
         errors = np.asarray(squared_errors, dtype=np.float64).reshape(-1)
         if not len(users) == len(items) == errors.size:
             raise ValueError("users, items and squared_errors must have the same length")
+        if not errors.size:
+            return
+        if self._size and after + 1 <= self._newest_position():
+            self._increasing = False
+        self._compact_codes()
+        user_codes = self._user_codes.encode(users)
+        item_codes = self._item_codes.encode(items)
+        if self._item_events.size < len(self._item_codes):
+            grown = np.zeros(2 * len(self._item_codes), dtype=np.int64)
+            grown[: self._item_events.size] = self._item_events
+            self._item_events = grown
         positions = after + 1 + np.arange(errors.size, dtype=np.int64)
         for start in range(0, errors.size, self.capacity):
             part = slice(start, start + self.capacity)
-            self._write(users[part], items[part], errors[part], positions[part])
+            self._write(user_codes[part], item_codes[part], errors[part], positions[part])
+
+    def _newest_position(self) -> int:
+        return int(self._positions[(self._next - 1) % self.capacity])
 
     def _write(
         self,
-        users: Sequence[str],
-        items: Sequence[str],
+        users: np.ndarray,
+        items: np.ndarray,
         errors: np.ndarray,
         positions: np.ndarray,
     ) -> None:
         """Store at most ``capacity`` events over the oldest, counting item popularity."""
         n = errors.size
         slots = (self._next + np.arange(n)) % self.capacity
-        leaving = self._items[slots].tolist()
-        counts = self._item_counts
         popularity = np.empty(n, dtype=np.int64)
-        for k, item in enumerate(items):
-            gone = leaving[k]
-            if gone is not None:  # the oldest event leaves before this one is counted
-                left = counts[gone] - 1
-                if left:
-                    counts[gone] = left
-                else:
-                    del counts[gone]
-            seen = counts.get(item, 0)
-            popularity[k] = seen
-            counts[item] = seen + 1
-        self._users[slots] = list(users)
-        self._items[slots] = list(items)
+        _count_items(items, self._items[slots], self._item_events, popularity)
+        self._users[slots] = users
+        self._items[slots] = items
         self._errors[slots] = errors
         self._positions[slots] = positions
         self._popularity[slots] = popularity
         self._next = int((self._next + n) % self.capacity)
         self._size = min(self.capacity, self._size + n)
 
-    def _ordered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-        """The buffer's columns, oldest event first."""
+    def _compact_codes(self) -> None:
+        """Give the ids of the events kept new codes once the tables hold more than
+        twice as many ids as the buffer holds events (ids long gone still had codes)."""
+        limit = 2 * self.capacity
+        if len(self._user_codes) <= limit and len(self._item_codes) <= limit:
+            return
+        kept = slice(0, self._size)  # the slots in use (all of them once full)
+        self._users[kept] = self._user_codes.compact(self._users[kept])
+        old_items = self._items[kept]
+        new_items = self._item_codes.compact(old_items)
+        events = np.zeros(len(self._item_codes), dtype=np.int64)
+        events[new_items] = self._item_events[old_items]
+        self._item_events = events
+        self._items[kept] = new_items
+
+    def _span(self, column: np.ndarray, start: int = 0) -> np.ndarray:
+        """``column`` of the ``start``-th oldest event up to the newest."""
         if self._size < self.capacity:
-            order = np.arange(self._size)
-        else:
-            order = (self._next + np.arange(self.capacity)) % self.capacity
+            return column[start : self._size]
+        first = self._next + start
+        if first < self.capacity:
+            return np.concatenate([column[first:], column[: self._next]])
+        return column[first - self.capacity : self._next]
+
+    def _ordered(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The buffer's columns, oldest event first, ids as ``str`` objects."""
         return (
-            self._positions[order],
-            self._users[order],
-            self._items[order],
-            self._errors[order],
-            self._popularity[order],
+            self._span(self._positions),
+            self._user_codes.decode(self._span(self._users)),
+            self._item_codes.decode(self._span(self._items)),
+            self._span(self._errors),
+            self._span(self._popularity),
         )
 
     def report(self, change_events: int) -> dict[str, Any] | None:
         """How the rise after ``change_events`` splits across segments, as plain JSON.
+
+        The same figures ``attribute_rise`` gives on the whole buffer: only the events
+        it compares are gathered, since the others count only in the users' events
+        before the change.
 
         Returns
         -------
@@ -238,7 +280,83 @@ class SegmentBuffer:
             the change (a change older than the buffer, or the buffer emptied by a
             restart).
         """
-        return attribute_rise(*self._ordered(), change_events, self.rules)
+        if not self._increasing:
+            return attribute_rise(*self._ordered(), change_events, self.rules)
+        positions = self._span(self._positions)
+        old = int(np.searchsorted(positions, change_events, side="right"))
+        first = max(0, old - self.rules.reference_events)
+        earlier = np.bincount(self._span(self._users)[:old], minlength=len(self._user_codes))
+        compared = _Events(
+            positions[first:],
+            self._span(self._users, first),
+            self._span(self._items, first),
+            self._span(self._errors, first),
+            self._span(self._popularity, first),
+        )
+        names = (self._user_codes.names, self._item_codes.names)
+        return _attribute(compared, earlier, names, change_events, self.rules)
+
+
+class _Codes:
+    """Small integer codes of ids, in order of first appearance."""
+
+    def __init__(self) -> None:
+        self._index: dict[str, int] = {}
+        self.names: list[str] = []
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def encode(self, ids: Sequence[str]) -> np.ndarray:
+        """The codes of ``ids``, shape ``(n,)``; new ids get the next codes."""
+        index = self._index
+        try:
+            return np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
+        except KeyError:
+            for name in ids:
+                if name not in index:
+                    index[name] = len(self.names)
+                    self.names.append(name)
+            return np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
+
+    def decode(self, codes: np.ndarray) -> np.ndarray:
+        """The ids of ``codes`` as an object array."""
+        names = np.empty(codes.size, dtype=object)
+        names[:] = [self.names[k] for k in codes.tolist()]
+        return names
+
+    def compact(self, codes: np.ndarray) -> np.ndarray:
+        """Keep only the ids of ``codes``, numbered afresh; their new codes."""
+        kept, new_codes = np.unique(codes, return_inverse=True)
+        self.names = [self.names[k] for k in kept.tolist()]
+        self._index = {name: k for k, name in enumerate(self.names)}
+        return new_codes.reshape(-1)
+
+
+@njit(cache=True, nogil=True)
+def _count_items(
+    items: np.ndarray, leaving: np.ndarray, events: np.ndarray, popularity: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """Each arriving item's events in the buffer when it arrives (after the event its
+    slot pushes out has left), counting it in; ``leaving`` is -1 for an empty slot."""
+    for k in range(items.size):
+        gone = leaving[k]
+        if gone >= 0:
+            events[gone] -= 1
+        popularity[k] = events[items[k]]
+        events[items[k]] += 1
+
+
+@dataclass(frozen=True)
+class _Events:
+    """The columns of the events a report looks at, oldest first, shape ``(n,)`` each;
+    ids as integer codes."""
+
+    positions: np.ndarray
+    users: np.ndarray
+    items: np.ndarray
+    errors: np.ndarray
+    popularity: np.ndarray
 
 
 def attribute_rise(
@@ -277,22 +395,38 @@ def attribute_rise(
         ``share_of_rise`` (None unless the error rose); ``head_min_popularity``;
         ``top_users`` and ``top_items``; ``rules``. None when either side is empty.
     """
-    old = positions <= change_events
+    user_names, user_codes = _factorize(users)
+    item_names, item_codes = _factorize(items)
+    earlier = np.bincount(user_codes[positions <= change_events], minlength=len(user_names))
+    events = _Events(positions, user_codes, item_codes, squared_errors, popularity)
+    return _attribute(events, earlier, (user_names, item_names), change_events, rules)
+
+
+def _attribute(
+    events: _Events,
+    earlier: np.ndarray,
+    names: tuple[Sequence[str], Sequence[str]],
+    change_events: int,
+    rules: SegmentRules,
+) -> dict[str, Any] | None:
+    """``attribute_rise`` on coded ``events``: ``earlier`` counts each user code's events
+    before the change (also those older than ``events``), ``names`` the user and item
+    ids of the codes."""
+    old = events.positions <= change_events
     after = ~old
     before = old & (np.cumsum(old[::-1])[::-1] <= rules.reference_events)
     if not (before.any() and after.any()):
         return None
+    squared_errors = events.errors
     mse_before = float(squared_errors[before].mean())
     mse_after = float(squared_errors[after].mean())
     rise = mse_after - mse_before
-    user_names, user_codes = _factorize(users)
-    events_before_change = np.bincount(user_codes[old], minlength=user_names.size)
-    new_user = events_before_change[user_codes] < rules.new_user_events
+    new_user = earlier[events.users] < rules.new_user_events
     compared = before | after
-    threshold = _head_threshold(popularity[compared], rules.head_share)
-    head = popularity >= threshold
+    threshold = _head_threshold(events.popularity[compared], rules.head_share)
+    head = events.popularity >= threshold
     sides = _Sides(squared_errors, before, after, mse_before, rise)
-    item_names, item_codes = _factorize(items)
+    user_names, item_names = names
     return {
         "change_events": int(change_events),
         "events_before": int(before.sum()),
@@ -303,8 +437,8 @@ def attribute_rise(
         "users": {"new": sides.segment(new_user), "returning": sides.segment(~new_user)},
         "items": {"head": sides.segment(head), "tail": sides.segment(~head)},
         "head_min_popularity": int(threshold),
-        "top_users": sides.top(user_codes, user_names, rules),
-        "top_items": sides.top(item_codes, item_names, rules),
+        "top_users": sides.top(events.users, user_names, rules),
+        "top_items": sides.top(events.items, item_names, rules),
         "rules": rules.as_dict(),
     }
 
@@ -312,9 +446,10 @@ def attribute_rise(
 def _head_threshold(popularity: np.ndarray, head_share: float) -> int:
     """The least popularity of a head event: the most popular events up to ``head_share``
     of them are the head (ties at the boundary join it)."""
-    ranked = np.sort(popularity)[::-1]
-    last = max(0, int(np.ceil(head_share * ranked.size)) - 1)
-    return int(ranked[last])
+    last = max(0, int(np.ceil(head_share * popularity.size)) - 1)
+    # The (last + 1)-th largest, without sorting the rest.
+    at = popularity.size - 1 - last
+    return int(np.partition(popularity, at)[at])
 
 
 @dataclass(frozen=True)
@@ -346,10 +481,11 @@ class _Sides:
             "share_of_rise": contribution / self.rise if self.rise > 0 else None,
         }
 
-    def top(self, codes: np.ndarray, names: np.ndarray, rules: SegmentRules) -> list[dict]:
+    def top(self, codes: np.ndarray, names: Sequence[str], rules: SegmentRules) -> list[dict]:
         """The ``rules.top`` ids whose mean squared error rose most, with
-        ``rules.min_events`` events after the change at least."""
-        size = names.size
+        ``rules.min_events`` events after the change at least; ``names`` are the ids
+        of the ``codes``."""
+        size = len(names)
         n_after = np.bincount(codes[self.after], minlength=size)
         n_before = np.bincount(codes[self.before], minlength=size)
         sum_after = np.bincount(codes[self.after], weights=self.errors[self.after], minlength=size)
@@ -362,7 +498,8 @@ class _Sides:
         rise = mean_after - np.where(own, mean_before, self.mse_before)
         eligible = np.flatnonzero(n_after >= rules.min_events)
         # Largest rise first; ties by more events after, then by id, so lists reproduce.
-        by_id = np.argsort(np.argsort(names[eligible].astype(str)))
+        ids = np.array([names[k] for k in eligible.tolist()], dtype=str)
+        by_id = np.argsort(np.argsort(ids))
         order = eligible[np.lexsort((by_id, -n_after[eligible], -rise[eligible]))]
         return [
             {
@@ -378,18 +515,17 @@ class _Sides:
         ]
 
 
-def _factorize(values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``(names, codes)`` with ``names[codes] == values``, names in order of first
-    appearance: a dict pass, several times faster than sorting Python strings."""
-    index: dict[Any, int] = {}
+def _factorize(values: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """``(names, codes)`` with ``names[code] == value`` for each value, names in order of
+    first appearance: a dict pass, several times faster than sorting Python strings
+    (``attribute_rise`` on object arrays; a ``SegmentBuffer`` keeps codes as it goes)."""
+    index: dict[str, int] = {}
     codes = np.fromiter(
         (index.setdefault(value, len(index)) for value in values.tolist()),
         dtype=np.int64,
         count=values.size,
     )
-    names = np.empty(len(index), dtype=object)
-    names[:] = list(index)
-    return names, codes
+    return list(index), codes
 
 
 def _mean(values: np.ndarray) -> float | None:
