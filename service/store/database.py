@@ -2,7 +2,8 @@
 
 SQLite runs in WAL mode with ``synchronous=FULL``: a batch the API acknowledged has been
 fsynced, so neither a process crash nor a power cut loses it, and readers (``/recommend``,
-the dashboard) never wait for the writer.
+the dashboard) never wait for the writer. Derived data written after every batch (the
+drift monitor's heartbeats) may commit without the fsync (``Database.begin_unsynced``).
 
 On a database server (PostgreSQL) every pooled connection is pinged before use, so the
 service recovers by itself once a lost server is back, and a connection attempt gives up
@@ -105,6 +106,36 @@ class Database:
         """A connection inside a transaction that commits on success, rolls back on error."""
         with self.engine.begin() as connection:
             yield connection
+
+    @contextmanager
+    def begin_unsynced(self) -> Iterator[Connection]:
+        """``begin``, committing without waiting for the disk.
+
+        For derived data written often, which the next synced commit makes durable
+        (the drift monitor's heartbeats after each batch): on SQLite in WAL mode the
+        commit skips its fsync (``synchronous=NORMAL`` for this transaction only), so it
+        survives a crash of the process but not of the machine until the next synced
+        commit; on PostgreSQL ``synchronous_commit`` is off for the transaction, with
+        the same guarantee. Elsewhere it is ``begin``.
+        """
+        backend = self.engine.dialect.name
+        with self.engine.connect() as connection:
+            if backend == "sqlite":
+                # The safety level cannot change inside a transaction: set it before the
+                # first statement and put it back on the pooled connection after commit.
+                driver = connection.connection.driver_connection
+                assert driver is not None  # a checked-out connection
+                driver.execute("PRAGMA synchronous=NORMAL")
+                try:
+                    with connection.begin():
+                        yield connection
+                finally:
+                    driver.execute("PRAGMA synchronous=FULL")
+                return
+            with connection.begin():
+                if backend == "postgresql":
+                    connection.exec_driver_sql("SET LOCAL synchronous_commit TO OFF")
+                yield connection
 
     @contextmanager
     def connect(self) -> Iterator[Connection]:

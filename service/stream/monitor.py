@@ -5,7 +5,9 @@ detector (``DRIFT_DETECTOR``) watches the heartbeat RMSE and raises an alert whe
 rises for good. An alert is stored with where its rise comes from (new or returning
 users, head or tail items) and with the id of the last event before its change, which
 a drift job trains after. Heartbeats, alerts and the detector's state are written in
-one transaction per batch that closes a heartbeat, so a crash loses none of them.
+one transaction per batch that closes a heartbeat, so a crash of the process loses none
+of them; without an alert that commit does not wait for the disk, and the next batch's
+synced commit makes it durable against a crash of the machine too.
 
 In a cluster every replica's monitor watches the whole log (each replica learns every
 event in log order) but only the leader's writes: a follower's monitor is on standby,
@@ -32,7 +34,7 @@ import numpy as np
 from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
-from drift import DriftAlert, DriftDetector, Heartbeat, HeartbeatAggregator, user_key
+from drift import DriftAlert, DriftDetector, Heartbeat, HeartbeatAggregator, UserKeys
 from drift.segments import SegmentBuffer
 from service.alerting import Notifier, drift_notice
 from service.livefeed import EventBuffer
@@ -102,6 +104,7 @@ class StreamMonitor:
         self.state_key = state_key
         #: Recent events and their errors, to say where an alert's rise comes from.
         self.segments = SegmentBuffer()
+        self._user_keys = UserKeys()
         #: Labelled events counted before the aggregator's start: the detector counts
         #: from there, the service from the first stored event.
         self.events_offset = 0
@@ -127,10 +130,7 @@ class StreamMonitor:
         self._static_pending = np.concatenate(
             [self._static_pending, evaluation.static_squared_errors]
         )
-        keys = np.fromiter(
-            (user_key(user) for user in evaluation.users), dtype=np.uint16, count=len(errors)
-        )
-        heartbeats = self.aggregator.add(errors, keys)
+        heartbeats = self.aggregator.add(errors, self._user_keys(evaluation.users))
         self.segments.record(
             evaluation.users, evaluation.items, errors, after=evaluation.labelled_before
         )
@@ -164,8 +164,12 @@ class StreamMonitor:
             return []
         # One commit per batch that closes a heartbeat: waiting for the next batch would
         # lose the newest heartbeats to a crash, and in a drift they are the evidence.
+        # Without an alert it does not wait for the disk (a crash of the process loses
+        # nothing; the next batch's synced commit makes it durable against a crash of
+        # the machine): an fsync of its own per batch cost more than the rest of the
+        # monitor. An alert starts a job, so its commit waits for the disk.
         try:
-            return self.flush(alerts, labelled_seen=evaluation.labelled_seen)
+            return self.flush(alerts, labelled_seen=evaluation.labelled_seen, synced=False)
         except SQLAlchemyError:
             log.exception(
                 "could not store %d heartbeat(s) and %d drift alert(s) after a committed batch",
@@ -175,14 +179,16 @@ class StreamMonitor:
             return []
 
     def flush(
-        self, alerts: Sequence[DriftAlert] = (), *, labelled_seen: int = 0
+        self, alerts: Sequence[DriftAlert] = (), *, labelled_seen: int = 0, synced: bool = True
     ) -> list[RaisedAlert]:
         """Write the heartbeats not yet saved, the detector's state and ``alerts``.
 
         ``labelled_seen`` (the learner's count, the newest event's position) places the
-        alerts' change points among the stored events.
+        alerts' change points among the stored events. ``synced=False`` commits without
+        waiting for the disk unless there are alerts (``Database.begin_unsynced``).
         """
-        with self.db.begin() as conn:
+        begin = self.db.begin if synced or alerts else self.db.begin_unsynced
+        with begin() as conn:
             self.write_unsaved(conn, snapshot_always=True)
             self._refresh_segments(conn)
             raised = [self._store_alert(conn, alert, labelled_seen) for alert in alerts]
