@@ -40,11 +40,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from sqlalchemy import Connection
 
-from service.ingest.validation import EventLimits, parse_event_json
+from service.ingest.validation import EventLimits, parse_batch, parse_event_json
 from service.metrics import Metrics
 from service.settings import Settings
 from service.store import Database
@@ -105,7 +106,48 @@ class Decoded:
 
 
 def decode(topic: str, records: Iterable[Any], limits: EventLimits) -> Decoded:
-    """Events from Kafka records; anything unusable becomes a dead letter, never an error."""
+    """Events from Kafka records; anything unusable becomes a dead letter, never an error.
+
+    A poll's messages are decoded with orjson and checked together (``parse_batch``);
+    only a poll with a message that fails that is parsed one message at a time, so
+    that each bad one becomes a dead letter with its reason.
+    """
+    records = list(records)
+    events = _decode_all(topic, records, limits)
+    if events is not None:
+        offsets = {record.partition: record.offset + 1 for record in records}
+        return Decoded(events, [], offsets)
+    return _decode_each(topic, records, limits)
+
+
+def _decode_all(topic: str, records: list[Any], limits: EventLimits) -> list[NewEvent] | None:
+    """The events of every record, or None if any record might not hold a valid one."""
+    try:
+        raws = [orjson.loads(record.value) for record in records]
+    except (orjson.JSONDecodeError, TypeError):  # TypeError: a message without a value
+        return None
+    events = parse_batch(raws, limits)
+    if events is None:
+        return None
+    return [
+        event if event.event_id is not None else _with_record_id(event, topic, record)
+        for event, record in zip(events, records, strict=True)
+    ]
+
+
+def _with_record_id(event: NewEvent, topic: str, record: Any) -> NewEvent:
+    """``event`` with ``<topic>-<partition>-<offset>`` as its id, so that a message
+    delivered again is a duplicate."""
+    return NewEvent(
+        event.user_id,
+        event.item_id,
+        event.rating,
+        event.timestamp,
+        f"{topic}-{record.partition}-{record.offset}",
+    )
+
+
+def _decode_each(topic: str, records: list[Any], limits: EventLimits) -> Decoded:
     events: list[NewEvent] = []
     dead: list[DeadLetter] = []
     next_offsets: dict[int, int] = {}
@@ -130,13 +172,7 @@ def _decode_one(topic: str, record: Any, limits: EventLimits) -> tuple[NewEvent 
     if event is None:
         return None, "; ".join(f"{p.field}: {p.message}" for p in problems)
     if event.event_id is None:
-        event = NewEvent(
-            event.user_id,
-            event.item_id,
-            event.rating,
-            event.timestamp,
-            f"{topic}-{record.partition}-{record.offset}",
-        )
+        event = _with_record_id(event, topic, record)
     return event, ""
 
 

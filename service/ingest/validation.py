@@ -2,13 +2,24 @@
 
 One definition, so a message the consumer accepts is exactly an event ``POST /ingest``
 would accept, and the errors name the same fields.
+
+Two ways to apply it. ``parse_batch`` checks a whole batch of decoded events a column at
+a time (types, lengths and refused characters of every id at once, ratings and
+timestamps as arrays): about a tenth of what validating each event through ``EventIn``
+costs, and it accepts only events ``EventIn`` accepts. When it finds anything it is not
+sure of, it says so (None), and the batch goes through ``parse_event`` one event at a
+time, which names each problem.
 """
 
 from __future__ import annotations
 
 import math
+import re
+import time
+from collections.abc import Sequence
 from typing import Annotated, Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, StrictFloat, StringConstraints, ValidationError
 
 from service.settings.limits import EventLimits, Problem
@@ -24,12 +35,18 @@ from service.store.events import NewEvent
 #: read backwards ("Trojan Source", CVE-2021-42574). Matched inside pydantic-core, so it
 #: costs the ingest path no Python call per id; ``GET /recommend`` applies it to
 #: ``user_id``.
-IDENTIFIER_PATTERN = r"^[^\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]*$"
+_REFUSED_CHARACTERS = r"\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff"
+IDENTIFIER_PATTERN = f"^[^{_REFUSED_CHARACTERS}]*$"
+#: Any one refused character, looked for in a whole batch's ids at once.
+_REFUSED = re.compile(f"[{_REFUSED_CHARACTERS}]")
 #: What a refused id is told, instead of the pattern above.
 IDENTIFIER_RULE = "must not hold control characters or bidirectional or zero-width marks"
+IDENTIFIER_MAX_LENGTH = 256
 Identifier = Annotated[
     str,
-    StringConstraints(strict=True, min_length=1, max_length=256, pattern=IDENTIFIER_PATTERN),
+    StringConstraints(
+        strict=True, min_length=1, max_length=IDENTIFIER_MAX_LENGTH, pattern=IDENTIFIER_PATTERN
+    ),
 ]
 # Strict: a JSON number (int or float), never a numeric string or a boolean.
 Number = StrictFloat
@@ -109,3 +126,85 @@ def _problem(error: Any) -> Problem:
     field = str(error["loc"][0]) if error["loc"] else "event"
     message = IDENTIFIER_RULE if error["type"] == "string_pattern_mismatch" else error["msg"]
     return Problem(field, f"{location or 'event'}: {message}")
+
+
+_FIELDS = frozenset(EventIn.model_fields)
+
+
+def parse_batch(raws: Sequence[Any], limits: EventLimits) -> list[NewEvent] | None:
+    """The events of ``raws`` (decoded JSON values) if every one is acceptable as it
+    stands, else None: then ``parse_event`` on each says which are not, and why.
+
+    Checked a column at a time, in C loops: each event an object with known fields and
+    both ids; every id a string of 1 to 256 characters, none refused (one regular
+    expression search over all ids joined); ratings and timestamps numbers (never
+    booleans), finite and within the limits (as arrays). What passes is exactly what
+    ``EventIn`` and its range checks accept, so an event never depends on how it came.
+
+    Examples
+    --------
+    >>> limits = EventLimits(timestamp_min=0.0)
+    >>> parse_batch([{"user_id": "u1", "item_id": "i9", "rating": 4}], limits)
+    [NewEvent(user_id='u1', item_id='i9', rating=4.0, timestamp=None, event_id=None)]
+    >>> parse_batch([{"user_id": "u1", "item_id": "i9", "rating": 9.0}], limits) is None
+    True
+    """
+    if not set(map(type, raws)) <= {dict} or not set().union(*raws) <= _FIELDS:
+        return None
+    try:
+        users = [raw["user_id"] for raw in raws]
+        items = [raw["item_id"] for raw in raws]
+    except KeyError:
+        return None
+    event_ids = [raw.get("event_id") for raw in raws]
+    ratings = [raw.get("rating") for raw in raws]
+    timestamps = [raw.get("timestamp") for raw in raws]
+    given_ids = [event_id for event_id in event_ids if event_id is not None]
+    latest = time.time() + limits.timestamp_ahead_seconds
+    if not (
+        _plain_identifiers(users)
+        and _plain_identifiers(items)
+        and _plain_identifiers(given_ids)
+        and _numbers_within(ratings, limits.rating_min, limits.rating_max)
+        and _numbers_within(timestamps, limits.timestamp_min, latest)
+    ):
+        return None
+    return [
+        NewEvent(
+            user,
+            item,
+            None if rating is None else float(rating),
+            None if timestamp is None else float(timestamp),
+            event_id,
+        )
+        for user, item, rating, timestamp, event_id in zip(
+            users, items, ratings, timestamps, event_ids, strict=True
+        )
+    ]
+
+
+def _plain_identifiers(values: list[Any]) -> bool:
+    """Whether every value is an ``Identifier``: a string (not a subclass) of allowed
+    length without a refused character."""
+    if not values:
+        return True
+    if not set(map(type, values)) <= {str}:
+        return False
+    lengths = list(map(len, values))
+    if min(lengths) < 1 or max(lengths) > IDENTIFIER_MAX_LENGTH:
+        return False
+    return _REFUSED.search("".join(values)) is None
+
+
+def _numbers_within(values: list[Any], low: float, high: float) -> bool:
+    """Whether every value is None or a finite JSON number in ``low..high``."""
+    numbers = [value for value in values if value is not None]
+    if not numbers:
+        return True
+    if not set(map(type, numbers)) <= {float, int}:  # bool is neither
+        return False
+    try:
+        array = np.array(numbers, dtype=np.float64)
+    except OverflowError:  # an integer no double holds
+        return False
+    return bool((np.isfinite(array) & (array >= low) & (array <= high)).all())

@@ -19,7 +19,7 @@ from fastapi.concurrency import run_in_threadpool
 from service.api.deps import IngestDep, MetricsDep, SettingsDep
 from service.api.limits import Limited, Limits
 from service.api.schemas import IngestBatch, IngestResult, answers
-from service.ingest.validation import parse_event
+from service.ingest.validation import parse_batch, parse_event
 from service.settings import Settings
 from service.store.events import NewEvent
 
@@ -107,10 +107,17 @@ def read_events(body: bytes, settings: Settings) -> list[NewEvent]:
 
 
 def validate_events(raw_events: list[Any], settings: Settings) -> list[NewEvent]:
-    """Every event parsed, or HTTP 422 naming each bad event's index and field."""
+    """Every event parsed, or HTTP 422 naming each bad event's index and field.
+
+    The whole batch is checked a column at a time first (``parse_batch``); only a batch
+    that fails that goes through the events one by one, to name every problem.
+    """
+    limits = settings.event_limits
+    events = parse_batch(raw_events, limits)
+    if events is not None:
+        return events
     problems: list[dict[str, Any]] = []
     parsed: list[NewEvent] = []
-    limits = settings.event_limits
     for index, raw in enumerate(raw_events):
         event, errors = parse_event(raw, limits)
         problems.extend(
