@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
+from numba import njit
 from numpy.typing import ArrayLike
 
 __all__ = [
@@ -38,11 +39,12 @@ __all__ = [
     "NOT_RANKED",
     "RankingSampler",
     "RankingTracker",
-    "excluded_ahead",
     "hits",
     "ndcg",
     "rank_of",
+    "ranks_excluding",
     "ranks_of",
+    "ranks_of_products",
     "sample_point",
 ]
 
@@ -84,22 +86,45 @@ def _id_digest(key: str) -> int:
     return int.from_bytes(digest, "big")
 
 
-def _fmix64(x: np.ndarray) -> np.ndarray:
+@njit(cache=True, nogil=True)
+def _fmix64(x: np.uint64) -> np.uint64:  # pragma: no cover - compiled
     """MurmurHash3's 64-bit finaliser: every input bit moves every output bit (uint64
     arithmetic wraps around, identically on every platform)."""
-    x = x ^ (x >> np.uint64(33))
-    x = x * np.uint64(0xFF51AFD7ED558CCD)
-    x = x ^ (x >> np.uint64(33))
-    x = x * np.uint64(0xC4CEB9FE1A85EC53)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xFF51AFD7ED558CCD)
+    x ^= x >> np.uint64(33)
+    x *= np.uint64(0xC4CEB9FE1A85EC53)
     return x ^ (x >> np.uint64(33))
 
 
-def _mix(users: Sequence[int], items: Sequence[int], stamps: Sequence[float | None]) -> np.ndarray:
-    """Each event's 64-bit sample hash, from its ids' digests and its timestamp."""
-    times = np.array([np.nan if t is None else float(t) for t in stamps], dtype=np.float64)
-    mixed = _fmix64(times.view(np.uint64) ^ np.uint64(0x9E3779B97F4A7C15))
-    mixed = _fmix64(mixed ^ np.array(items, dtype=np.uint64))
-    return _fmix64(mixed ^ np.array(users, dtype=np.uint64))
+@njit(cache=True, nogil=True)
+def _mix_bits(
+    users: np.ndarray, items: np.ndarray, times: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
+    mixed = np.empty(times.size, dtype=np.uint64)
+    for j in range(times.size):
+        x = _fmix64(times[j] ^ np.uint64(0x9E3779B97F4A7C15))
+        x = _fmix64(x ^ items[j])
+        mixed[j] = _fmix64(x ^ users[j])
+    return mixed
+
+
+def _mix(
+    users: Sequence[int] | np.ndarray,
+    items: Sequence[int] | np.ndarray,
+    stamps: Sequence[float | None],
+) -> np.ndarray:
+    """Each event's 64-bit sample hash, from its ids' digests and its timestamp.
+
+    The timestamps are converted by NumPy in one call, which reads None as NaN and an
+    integer as the float ``float()`` would make of it.
+    """
+    times = np.array(stamps, dtype=np.float64).reshape(-1)
+    return _mix_bits(
+        np.asarray(users, dtype=np.uint64).reshape(-1),
+        np.asarray(items, dtype=np.uint64).reshape(-1),
+        times.view(np.uint64),
+    )
 
 
 @dataclass(frozen=True)
@@ -160,31 +185,59 @@ class RankingSampler:
         n = len(user_ids)
         if not len(item_ids) == len(timestamps) == len(ratings) == n:
             raise ValueError("user_ids, item_ids, timestamps and ratings differ in length")
-        score = np.array([np.nan if r is None else r for r in ratings], dtype=np.float64)
-        liked = np.flatnonzero(score >= self.min_rating)
         chosen = np.zeros(n, dtype=bool)
-        if self.fraction <= 0.0 or not liked.size:
+        if self.fraction <= 0.0 or not n:
             return chosen
-        if self.fraction >= 1.0:
-            chosen[liked] = True
-            return chosen
-        positions = liked.tolist()
-        mixed = _mix(
-            [self._digest(user_ids[j]) for j in positions],
-            [self._digest(item_ids[j]) for j in positions],
-            [timestamps[j] for j in positions],
-        )
-        chosen[liked] = mixed.astype(np.float64) / _HASH_SCALE < self.fraction
+        score = np.array(ratings, dtype=np.float64)  # None (unlabelled) reads as NaN
+        liked = np.flatnonzero(score >= self.min_rating)
+        if liked.size:
+            positions = liked.tolist()
+            chosen[liked] = self.in_sample(
+                [user_ids[j] for j in positions],
+                [item_ids[j] for j in positions],
+                [timestamps[j] for j in positions],
+            )
         return chosen
 
-    def _digest(self, key: str) -> int:
+    def in_sample(
+        self,
+        user_ids: Sequence[str],
+        item_ids: Sequence[str],
+        timestamps: Sequence[float | None],
+    ) -> np.ndarray:
+        """Which of ``n`` liked events fall in the hash sample, a boolean array ``(n,)``:
+        ``mask`` without the rating test, for a caller that has picked the liked events.
+
+        Hashed vectorised over the batch, from digests of the ids kept between batches:
+        a ranked sample costs the ingest path a few look-ups per event, not a digest.
+        """
+        n = len(user_ids)
+        if not len(item_ids) == len(timestamps) == n:
+            raise ValueError("user_ids, item_ids and timestamps differ in length")
+        if self.fraction <= 0.0 or self.fraction >= 1.0 or not n:
+            return np.full(n, self.fraction >= 1.0, dtype=bool)
+        digests = self._digests_of([*user_ids, *item_ids])
+        mixed = _mix(digests[:n], digests[n:], timestamps)
+        return mixed.astype(np.float64) / _HASH_SCALE < self.fraction
+
+    def _digests_of(self, keys: list[str]) -> np.ndarray:
+        """The digest of each id ``(n,)`` uint64: looked up, computed only for ids not kept."""
         digests = self._digests
-        value = digests.get(key)
-        if value is None:
-            if len(digests) >= _ID_CACHE_LIMIT:
-                digests.clear()
-            value = digests[key] = _id_digest(key)
-        return value
+        found = list(map(digests.get, keys))
+        try:
+            return np.array(found, dtype=np.uint64)
+        except TypeError:  # some ids are new: None does not convert
+            pass
+        for at, value in enumerate(found):
+            if value is None:
+                key = keys[at]
+                value = digests.get(key)  # an id repeated in the batch is computed once
+                if value is None:
+                    if len(digests) >= _ID_CACHE_LIMIT:
+                        digests.clear()
+                    value = digests[key] = _id_digest(key)
+                found[at] = value
+        return np.array(found, dtype=np.uint64)
 
 
 def rank_of(scores: ArrayLike, target: int, exclude: ArrayLike | None = None) -> int:
@@ -200,7 +253,8 @@ def rank_of(scores: ArrayLike, target: int, exclude: ArrayLike | None = None) ->
     target
         Row of the event's item; negative when the model does not know the item.
     exclude
-        Rows left out (the items the user rated before); may repeat.
+        Rows left out (the items the user rated before), each in ``[0, n_items)``; may
+        repeat.
 
     Returns
     -------
@@ -217,8 +271,9 @@ def rank_of(scores: ArrayLike, target: int, exclude: ArrayLike | None = None) ->
     (0, 0)
     """
     row = np.asarray(scores, dtype=np.float64).reshape(1, -1)
-    excluded = np.asarray([] if exclude is None else exclude, dtype=np.int64)
-    return int(ranks_of(row, np.array([target]), [excluded])[0])
+    rows = np.asarray([] if exclude is None else exclude, dtype=np.int64).reshape(-1)
+    owners = np.zeros(rows.size, dtype=np.int64)
+    return int(ranks_excluding(row, np.array([target]), owners, rows)[0])
 
 
 def ranks_of(
@@ -239,7 +294,8 @@ def ranks_of(
     excluded
         Per event, the rows to leave out (``m`` arrays of any length), or None.
     distinct
-        The caller vouches that no list repeats a row, which saves a sort.
+        Accepted for callers that vouch that no list repeats a row; repeats cost
+        nothing extra any more, so it changes nothing.
 
     Returns
     -------
@@ -252,62 +308,207 @@ def ranks_of(
     >>> ranks_of(scores, [2, 2], [[1], []]).tolist()
     [1, 3]
     """
-    scores = np.asarray(scores, dtype=np.float64)
+    del distinct
+    m = len(scores)
+    if excluded is None:
+        owners = rows = np.empty(0, dtype=np.int64)
+    else:
+        if len(excluded) != m:
+            raise ValueError(f"{len(excluded)} exclusion lists for {m} score rows")
+        lists = [np.asarray(r, dtype=np.int64).reshape(-1) for r in excluded]
+        rows = np.concatenate(lists) if lists else np.empty(0, dtype=np.int64)
+        owners = np.repeat(np.arange(m), [len(r) for r in lists])
+    return ranks_excluding(scores, targets, owners, rows)
+
+
+def ranks_excluding(
+    scores: np.ndarray, targets: ArrayLike, owners: ArrayLike, rows: ArrayLike
+) -> np.ndarray:
+    """``ranks_of`` with the exclusions flattened: event ``owners[i]`` leaves out row
+    ``rows[i]`` (both ``(e,)``, in any order, repeats allowed).
+
+    Compiled: each event's items are counted in one pass over its row of scores, with
+    its exclusions marked in a scratch row, so the cost is ``m x n_items`` comparisons
+    and no temporaries.
+
+    Examples
+    --------
+    >>> scores = np.array([[0.1, 0.9, 0.5], [0.8, 0.3, 0.3]])
+    >>> ranks_excluding(scores, [2, 2], np.array([0, 0]), np.array([1, 1])).tolist()
+    [1, 3]
+    """
+    scores = np.ascontiguousarray(scores, dtype=np.float64)
     if scores.ndim != 2:
         raise ValueError(f"scores must be m x n_items, got shape {scores.shape}")
-    m, n = scores.shape
+    targets, starts, grouped = _checked(scores.shape, targets, owners, rows)
+    return _rank_scored(scores, targets, starts, grouped)
+
+
+def ranks_of_products(
+    users: np.ndarray,
+    items: np.ndarray,
+    shift: np.ndarray,
+    targets: ArrayLike,
+    owners: ArrayLike,
+    rows: ArrayLike,
+) -> np.ndarray:
+    """``ranks_excluding`` of the scores ``users @ items + shift[:, None]``, without
+    holding them: each event's row of scores is computed, ranked and dropped.
+
+    The products are summed over the factors in order, one factor at a time, exactly as
+    ``np.einsum("md,dn->mn", users, items)`` sums them, so the ranks are those of the
+    einsum's scores to the last tie. An event whose target is unknown or excluded is
+    not scored at all.
+
+    Parameters
+    ----------
+    users
+        Each event's user side of the product (``m x d``).
+    items
+        Every item's side (``d x n_items``).
+    shift
+        Added to every score of an event (``(m,)``: μ plus the user's bias).
+    targets, owners, rows
+        As for ``ranks_excluding``.
+
+    Examples
+    --------
+    >>> users, items = np.array([[1.0, 0.0], [0.0, 1.0]]), np.array([[0.3, 0.9], [0.5, 0.1]])
+    >>> ranks_of_products(users, items, np.zeros(2), [0, 0], [1], [1]).tolist()
+    [2, 1]
+    """
+    users = np.ascontiguousarray(users, dtype=np.float64)
+    items = np.ascontiguousarray(items, dtype=np.float64)
+    shift = np.ascontiguousarray(shift, dtype=np.float64).reshape(-1)
+    m, n = len(users), items.shape[1]
+    if users.ndim != 2 or items.ndim != 2 or users.shape[1] != len(items):
+        raise ValueError(f"users {users.shape} and items {items.shape} do not multiply")
+    if shift.size != m:
+        raise ValueError(f"{shift.size} shifts for {m} users")
+    targets, starts, grouped = _checked((m, n), targets, owners, rows)
+    return _rank_products(users, items, shift, targets, starts, grouped)
+
+
+def _checked(
+    shape: tuple[int, int], targets: ArrayLike, owners: ArrayLike, rows: ArrayLike
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Validated targets, and the exclusions grouped by event: event j's rows are
+    ``grouped[starts[j]:starts[j + 1]]``."""
+    m, n = shape
     targets = np.asarray(targets, dtype=np.int64).reshape(-1)
     if targets.size != m:
         raise ValueError(f"{targets.size} targets for {m} score rows")
     if (targets >= n).any():
         raise ValueError(f"a target row is past the {n} scored items")
-    if excluded is not None and len(excluded) != m:
-        raise ValueError(f"{len(excluded)} exclusion lists for {m} score rows")
-    known = targets >= 0
-    if n == 0:
-        return np.full(m, NOT_RANKED, dtype=np.int64)
-    chosen = scores[np.arange(m), np.where(known, targets, 0)]
-    # Counted without m x n temporaries beyond one boolean: ties are rare and only the
-    # rows before the target can win one.
-    ranks = 1 + np.count_nonzero(scores > chosen[:, None], axis=1)
-    for j in np.flatnonzero(known).tolist():
-        ranks[j] += np.count_nonzero(scores[j, : targets[j]] == chosen[j])
-    eligible = known
-    if excluded is not None:
-        ahead, hit = excluded_ahead(scores, targets, chosen, excluded, distinct=distinct)
-        ranks -= ahead
-        eligible = known & ~hit
-    return np.where(eligible, ranks, NOT_RANKED).astype(np.int64)
+    owners = np.asarray(owners, dtype=np.int64).reshape(-1)
+    rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if owners.size != rows.size:
+        raise ValueError(f"{owners.size} owners for {rows.size} excluded rows")
+    if rows.size and (rows.min() < 0 or rows.max() >= n):
+        raise ValueError(f"an excluded row is outside the {n} scored items")
+    if owners.size and (owners.min() < 0 or owners.max() >= m):
+        raise ValueError(f"an exclusion belongs to no event of the {m}")
+    starts, grouped = _group_by_owner(owners, rows, m)
+    return targets, starts, grouped
 
 
-def excluded_ahead(
-    scores: np.ndarray,
-    targets: np.ndarray,
-    chosen: np.ndarray,
-    excluded: Sequence[Sequence[int] | np.ndarray],
-    *,
-    distinct: bool = False,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Per event, how many distinct excluded rows rank ahead of its target ``(m,)``, and
-    whether the target itself is excluded ``(m,)``; ``chosen`` holds the targets' scores.
+@njit(cache=True, nogil=True)
+def _group_by_owner(
+    owners: np.ndarray, rows: np.ndarray, m: int
+) -> tuple[np.ndarray, np.ndarray]:  # pragma: no cover - compiled
+    """A counting sort of ``rows`` by ``owners`` (stable)."""
+    starts = np.zeros(m + 1, dtype=np.int64)
+    for owner in owners:
+        starts[owner + 1] += 1
+    for j in range(m):
+        starts[j + 1] += starts[j]
+    fill = starts[:-1].copy()
+    grouped = np.empty_like(rows)
+    for at in range(rows.size):
+        owner = owners[at]
+        grouped[fill[owner]] = rows[at]
+        fill[owner] += 1
+    return starts, grouped
 
-    Only the excluded rows' scores are read, so the cost follows the exclusions, not
-    the catalogue.
-    """
+
+@njit(cache=True, nogil=True)
+def _rank_row(
+    row: np.ndarray, target: int, excluded: np.ndarray, marked: np.ndarray
+) -> int:  # pragma: no cover - compiled
+    """Rank of ``target`` in ``row`` among the rows not ``excluded``; ``marked`` is an
+    all-False scratch row, left all-False."""
+    chosen = row[target]
+    ahead = 0
+    for i in range(target):  # a tie from a lower row is ahead
+        ahead += row[i] >= chosen
+    for i in range(target + 1, row.size):
+        ahead += row[i] > chosen
+    hit = False
+    for r in excluded:
+        if marked[r]:  # a repeated exclusion counts once
+            continue
+        marked[r] = True
+        if r == target:
+            hit = True
+        elif row[r] > chosen or (row[r] == chosen and r < target):
+            ahead -= 1
+    for r in excluded:
+        marked[r] = False
+    return NOT_RANKED if hit else 1 + ahead
+
+
+@njit(cache=True, nogil=True)
+def _rank_scored(
+    scores: np.ndarray, targets: np.ndarray, starts: np.ndarray, grouped: np.ndarray
+) -> np.ndarray:  # pragma: no cover - compiled
     m, n = scores.shape
-    lengths = [len(rows_out) for rows_out in excluded]
-    if not sum(lengths):
-        return np.zeros(m, dtype=np.int64), np.zeros(m, dtype=bool)
-    flat = np.concatenate([np.asarray(r, dtype=np.int64).reshape(-1) for r in excluded])
-    owner = np.repeat(np.arange(m), lengths)
-    if not distinct:
-        unique = np.unique(owner * n + flat)  # a repeated exclusion counts once
-        owner, flat = unique // n, unique % n
-    theirs, target = scores[owner, flat], targets[owner]
-    ahead = (theirs > chosen[owner]) | ((theirs == chosen[owner]) & (flat < target))
-    hit = np.zeros(m, dtype=bool)
-    hit[owner[flat == target]] = True
-    return np.bincount(owner[ahead & (flat != target)], minlength=m), hit
+    ranks = np.full(m, NOT_RANKED, dtype=np.int64)
+    marked = np.zeros(n, dtype=np.bool_)
+    for j in range(m):
+        if targets[j] >= 0:
+            excluded = grouped[starts[j] : starts[j + 1]]
+            ranks[j] = _rank_row(scores[j], targets[j], excluded, marked)
+    return ranks
+
+
+@njit(cache=True, nogil=True)
+def _rank_products(
+    users: np.ndarray,
+    items: np.ndarray,
+    shift: np.ndarray,
+    targets: np.ndarray,
+    starts: np.ndarray,
+    grouped: np.ndarray,
+) -> np.ndarray:  # pragma: no cover - compiled
+    m, n = len(users), items.shape[1]
+    ranks = np.full(m, NOT_RANKED, dtype=np.int64)
+    marked = np.zeros(n, dtype=np.bool_)
+    row = np.empty(n)
+    for j in range(m):
+        target = targets[j]
+        if target < 0:
+            continue
+        excluded = grouped[starts[j] : starts[j + 1]]
+        if (excluded == target).any():
+            continue
+        _score_row(users[j], items, shift[j], row)
+        ranks[j] = _rank_row(row, target, excluded, marked)
+    return ranks
+
+
+@njit(cache=True, nogil=True)
+def _score_row(
+    user: np.ndarray, items: np.ndarray, shift: float, row: np.ndarray
+) -> None:  # pragma: no cover - compiled
+    """``row = user @ items + shift``, summed as ``np.einsum`` sums: from zero, one factor
+    at a time, each product rounded before it is added (no fused multiply-add)."""
+    row[:] = 0.0
+    for k in range(items.shape[0]):
+        weight = user[k]
+        for i in range(row.size):
+            row[i] += weight * items[k, i]
+    for i in range(row.size):
+        row[i] += shift
 
 
 def hits(ranks: ArrayLike, k: int = DEFAULT_K) -> np.ndarray:

@@ -20,7 +20,7 @@ reference is swapped whole, never a set changed under a reader.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 from immutables import Map, MapMutation
@@ -88,22 +88,46 @@ class RatedItems:
             raise ValueError(f"{len(user_ids)} users for {len(item_ids)} items")
         batch: dict[str, list[str]] = {}
         for user, item in zip(user_ids, item_ids, strict=True):
-            batch.setdefault(user, []).append(item)
+            held = batch.get(user)
+            if held is None:
+                batch[user] = [item]
+            else:
+                held.append(item)
+        self.add_by_user(batch)
+
+    def add_by_user(self, batch: Mapping[str, Sequence[str]]) -> dict[str, list[str]]:
+        """``add`` with the batch already grouped: each user's items in arrival order,
+        the users in the order they first appear.
+
+        Returns
+        -------
+        dict[str, list[str]]
+            For each user whose set only grew (neither cut to the bound nor evicted),
+            the items new to it, in arrival order: the user's new set is exactly the
+            old one and these. Whoever keeps something derived from a user's set (the
+            ranking's encoded rows) can extend it rather than rebuild it.
+        """
         recency, pairs = self._recency, self._pairs
+        grown: dict[str, list[str]] = {}
         with self._snapshot.mutate() as snapshot:
             for user, items in batch.items():
                 old = snapshot.get(user, _EMPTY)
-                new = old.union(items)
-                if self.max_pairs is not None and len(new) > self.max_pairs:
-                    new = _newest(old, items, self.max_pairs)
-                if len(new) != len(old):
-                    snapshot[user] = new
-                    pairs += len(new) - len(old)
+                fresh = [item for item in dict.fromkeys(items) if item not in old]
+                if fresh:
+                    new = old.union(fresh)
+                    if self.max_pairs is not None and len(new) > self.max_pairs:
+                        new = _newest(old, items, self.max_pairs)
+                    else:
+                        grown[user] = fresh
+                    if len(new) != len(old):
+                        snapshot[user] = new
+                        pairs += len(new) - len(old)
                 recency[user] = None
                 recency.move_to_end(user)
             pairs = self._evict(snapshot, pairs)
             self._snapshot = snapshot.finish()
         self._pairs = pairs
+        return {user: fresh for user, fresh in grown.items() if user in self._snapshot}
 
     def export_state(self) -> dict[str, np.ndarray]:
         """The users, least recently seen first, and their items (sorted), flattened:

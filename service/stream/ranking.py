@@ -13,11 +13,12 @@ of the ranked events they hold.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Iterator, Sequence
-from itertools import chain
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from immutables import Map
 
 from drift.ranking import (
     DEFAULT_K,
@@ -26,7 +27,7 @@ from drift.ranking import (
     RankingTracker,
     hits,
     ndcg,
-    ranks_of,
+    ranks_of_products,
 )
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
@@ -44,56 +45,150 @@ _FIGURES = ("hit_rate", "ndcg", "static_hit_rate", "static_ndcg")
 #: Users whose encoded history a ``CatalogueRanker`` keeps (cleared whole when full).
 _ENCODED_USERS = 10_000
 
+_EMPTY: frozenset[str] = frozenset()
 
-class RatedBefore(Collection[str]):
-    """A user's rated items before an event: the history's set plus the user's earlier
-    items of the same batch, without copying the (possibly long) history.
 
-    Parameters
+@dataclass(frozen=True)
+class BatchColumns:
+    """A batch's events as columns, and its events grouped by user, taken once.
+
+    Attributes
     ----------
-    user_id
-        Whose items they are.
-    before
-        The history's items of the user, as the batch found them.
-    batch
-        The user's items from earlier events of the batch.
+    users, items
+        Every event's user and item ``(n,)``, labelled or not.
+    ratings
+        Every event's rating ``(n,)``, NaN where it has none.
+    labelled
+        Positions of the labelled events, ascending.
+    first
+        The batch's users in the order of their first event; user ``first[c]`` is
+        ``codes == c``.
+    codes
+        Each event's user as its index in ``first`` ``(n,)``.
+    order, starts
+        Positions grouped by user, each group in arrival order: user ``c``'s events are
+        ``order[starts[c]:starts[c + 1]]``.
     """
 
-    __slots__ = ("user_id", "before", "batch")
+    users: list[str]
+    items: list[str]
+    ratings: np.ndarray
+    labelled: np.ndarray
+    first: list[str]
+    codes: np.ndarray
+    order: np.ndarray
+    starts: np.ndarray
 
-    def __init__(self, user_id: str, before: frozenset[str], batch: Sequence[str] = ()) -> None:
-        self.user_id = user_id
-        self.before = before
-        self.batch = frozenset(item for item in batch if item not in before)
+    @classmethod
+    def of(cls, stored: Sequence[NewEvent]) -> BatchColumns:
+        users = [e.user_id for e in stored]
+        items = [e.item_id for e in stored]
+        rated = [e.rating for e in stored]
+        if None in rated:
+            labelled = np.array([at for at, r in enumerate(rated) if r is not None], np.int64)
+        else:  # the usual batch: every event rated
+            labelled = np.arange(len(rated))
+        ratings = np.array(rated, dtype=np.float64)  # None reads as NaN
+        first = list(dict.fromkeys(users))
+        index = dict(zip(first, range(len(first)), strict=True))
+        codes = np.fromiter(map(index.__getitem__, users), dtype=np.int64, count=len(users))
+        starts = np.zeros(len(first) + 1, dtype=np.int64)
+        np.cumsum(np.bincount(codes, minlength=len(first)), out=starts[1:])
+        order = np.argsort(codes, kind="stable")
+        return cls(users, items, ratings, labelled, first, codes, order, starts)
 
-    def __contains__(self, item: object) -> bool:
-        return item in self.batch or item in self.before
+    def by_user(self) -> dict[str, list[str]]:
+        """Each user's items in arrival order, the users in order of first event."""
+        grouped = np.array(self.items, dtype=object)[self.order]
+        bounds = self.starts.tolist()
+        return {
+            user: grouped[bounds[c] : bounds[c + 1]].tolist() for c, user in enumerate(self.first)
+        }
 
-    def __len__(self) -> int:
-        return len(self.before) + len(self.batch)
 
-    def __iter__(self) -> Iterator[str]:
-        return chain(self.before, self.batch)
+@dataclass(frozen=True)
+class RankedEvents:
+    """The sampled events of one batch and what each leaves out, as item ids.
+
+    Event ``j`` (of ``m``) leaves out the items its user had in the history as the
+    batch found it (``before[j]``) and the items of the user's earlier events in the
+    batch, labelled or not, as ``/recommend`` counts them: ``items[earlier]`` where
+    ``earlier_owners == j``.
+
+    Attributes
+    ----------
+    users, targets
+        Each event's user and item ``(m,)``.
+    before
+        Each event's user's set in the history (shared, never copied).
+    returning
+        Whether the user had an earlier labelled event in the batch ``(m,)``, which
+        the fold-in has learnt by then.
+    items
+        The batch's item ids.
+    earlier, earlier_owners
+        Positions in ``items`` and the event each belongs to ``(e,)``.
+    """
+
+    users: list[str]
+    targets: list[str]
+    before: list[frozenset[str]]
+    returning: np.ndarray
+    items: list[str]
+    earlier: np.ndarray
+    earlier_owners: np.ndarray
+
+    @classmethod
+    def of(
+        cls, batch: BatchColumns, positions: np.ndarray, snapshot: Map[str, frozenset[str]]
+    ) -> RankedEvents:
+        """The batch's events at ``positions`` (ascending), vectorised over them: each
+        one's earlier events are the head of its user's group in ``batch.order``."""
+        n, m = len(batch.users), len(positions)
+        rank_in_batch = np.empty(n, dtype=np.int64)
+        rank_in_batch[batch.order] = np.arange(n)
+        group = batch.starts[batch.codes[positions]]
+        ahead = rank_in_batch[positions] - group  # the user's events before each one
+        owners = np.repeat(np.arange(m), ahead)
+        within = np.arange(len(owners)) - np.repeat(np.cumsum(ahead) - ahead, ahead)
+        earlier = batch.order[np.repeat(group, ahead) + within]
+        if len(batch.labelled) == n:
+            returning = ahead > 0
+        else:
+            labelled = np.zeros(n, dtype=bool)
+            labelled[batch.labelled] = True
+            rated = np.zeros(n + 1, dtype=np.int64)
+            np.cumsum(labelled[batch.order], out=rated[1:])
+            returning = rated[group + ahead] > rated[group]
+        users = [batch.users[at] for at in positions.tolist()]
+        return cls(
+            users=users,
+            targets=[batch.items[at] for at in positions.tolist()],
+            before=[snapshot.get(user, _EMPTY) for user in users],
+            returning=returning,
+            items=batch.items,
+            earlier=earlier,
+            earlier_owners=owners,
+        )
 
 
 class CatalogueRanker:
-    """Ranks events' items over one version's whole catalogue: ``drift.ranking.ranks_of``
-    with scores ``mu + b_u + b_i + p_u . q_i`` and exclusions given as item ids.
+    """Ranks events' items over one version's whole catalogue: ``drift.ranking``'s
+    ``ranks_of_products`` with scores ``mu + b_u + s_u b_i + p_u . q_i``.
 
-    Two costs dominate and both are paid once per version rather than per event:
+    Two costs would dominate and both are paid once per version rather than per event:
 
-    * the scores' product runs through ``np.einsum`` over the item factors, transposed
-      once and kept: BLAS ``matmul`` wakes its threads for an ``m x k x n`` product this
-      small, which on a busy 2-core machine costs far more than the product;
-    * a user's history is encoded into the version's rows incrementally: the history
-      hands out a new frozenset when the user rates something, so only the items added
-      since the last encoding are looked up (users rate in bursts, and a heavy user has
-      rated thousands of items).
+    * the item side of the product, [q_i; b_i] (``k+1 x n_items``), is transposed once
+      and kept; only its bias row is written per batch;
+    * a user's history is encoded into the version's rows once, then extended by the
+      items each batch adds to it (``advance``, from what ``RatedItems.add`` reports),
+      so a heavy user's thousands of items are not looked up again every batch.
     """
 
     def __init__(self) -> None:
         self._model: BiasedMF | None = None
-        self._factors_t = np.zeros((0, 0))
+        #: [q_i; b_i] of every item (``k+1 x n_items``); the bias row is the caller's.
+        self._items = np.zeros((0, 0))
         self._encoded: dict[str, tuple[frozenset[str], np.ndarray]] = {}
 
     def ranks(
@@ -101,13 +196,12 @@ class CatalogueRanker:
         model: BiasedMF,
         user_vectors: np.ndarray,
         placed: np.ndarray,
-        item_ids: Sequence[str],
-        excluded: Sequence[Collection[str]],
+        events: RankedEvents,
         *,
         global_mean: float,
         item_bias: np.ndarray,
     ) -> np.ndarray:
-        """Rank of each event's item ``(m,)`` among the items not in its exclusion set.
+        """Rank of each event's item ``(m,)`` among the items it does not leave out.
 
         Parameters
         ----------
@@ -118,44 +212,87 @@ class CatalogueRanker:
             ``service.serving.vector``).
         placed
             Which users the model could place ``(m,)``; the others are ``NOT_RANKED``.
-        item_ids
-            Each event's item ``(m,)``.
-        excluded
-            Per event, the item ids the user had rated before it.
+        events
+            The events: their items and what each leaves out.
         global_mean, item_bias
             The rest of the score: μ and every item's bias ``(n_items,)``.
         """
-        if model is not self._model:
-            self._model, self._encoded = model, {}
-            self._factors_t = np.ascontiguousarray(model.item_factors.T)
-        # [p_u; s_u] · [q_i; b_i] in one product: a separate s_u · b_i term would cost
-        # a fresh m x n temporary, more than the extra row of the item matrix.
-        scaled = np.ascontiguousarray(np.delete(user_vectors, BIAS, axis=1))
-        items = np.vstack([self._factors_t, item_bias[None, :]])
-        scores = np.einsum("md,dn->mn", scaled, items)
-        scores += (global_mean + user_vectors[:, BIAS])[:, None]
-        targets = model.encode_items(list(item_ids))
+        self._use(model)
+        # [p_u; s_u] · [q_i; b_i] in one product: the scale weighs the item's bias as
+        # another factor.
+        self._items[-1] = item_bias
+        scaled = np.delete(user_vectors, BIAS, axis=1)
+        shift = global_mean + user_vectors[:, BIAS]
+        targets = model.encode_items(events.targets)
         targets[~placed] = -1
-        exclusions = [self._rows(model, rated) for rated in excluded]
-        return ranks_of(scores, targets, exclusions, distinct=True)
+        owners, rows = self._excluded(model, events)
+        return ranks_of_products(scaled, self._items, shift, targets, owners, rows)
 
-    def _rows(self, model: BiasedMF, rated: Collection[str]) -> np.ndarray:
-        """The version's rows of ``rated``, each once."""
-        if not isinstance(rated, RatedBefore):
-            return _encode(model, set(rated))
-        return np.concatenate([self._history_rows(model, rated), _encode(model, rated.batch)])
+    def advance(
+        self,
+        before: Map[str, frozenset[str]],
+        after: Map[str, frozenset[str]],
+        grown: dict[str, list[str]],
+        users: Sequence[str],
+    ) -> None:
+        """Carry the encoded histories of ``users`` from the history's ``before`` to its
+        ``after`` snapshot, ``grown`` being what ``RatedItems.add`` reported between:
+        the new items of all of them are encoded in one look-up."""
+        model, encoded = self._model, self._encoded
+        if model is None:
+            return
+        carried: list[tuple[str, frozenset[str], np.ndarray, int]] = []
+        fresh: list[str] = []
+        for user in users:
+            cached = encoded.get(user)
+            if cached is None:
+                continue
+            held, now = cached[0], after.get(user)
+            if now is held:
+                continue
+            added = grown.get(user)
+            if now is None or added is None or held is not before.get(user):
+                del encoded[user]
+                continue
+            carried.append((user, now, cached[1], len(added)))
+            fresh += added
+        rows = model.encode_items(fresh)
+        end = 0
+        for user, now, old, count in carried:
+            start, end = end, end + count
+            new = rows[start:end]
+            encoded[user] = (now, np.concatenate([old, new[new >= 0]]))
 
-    def _history_rows(self, model: BiasedMF, rated: RatedBefore) -> np.ndarray:
-        cached = self._encoded.get(rated.user_id)
-        if cached is not None and cached[0] is rated.before:
+    def _use(self, model: BiasedMF) -> None:
+        if model is self._model:
+            return
+        self._model, self._encoded = model, {}
+        factors_t = model.item_factors.T
+        self._items = np.empty((factors_t.shape[0] + 1, factors_t.shape[1]))
+        self._items[:-1] = factors_t
+
+    def _excluded(self, model: BiasedMF, events: RankedEvents) -> tuple[np.ndarray, np.ndarray]:
+        """The version's rows each event leaves out, flattened: ``(owners, rows)``."""
+        held = [
+            self._history_rows(model, user, before)
+            for user, before in zip(events.users, events.before, strict=True)
+        ]
+        rows = model.encode_items(events.items)[events.earlier]
+        known = rows >= 0
+        owners = np.repeat(np.arange(len(held)), [len(h) for h in held])
+        return (
+            np.concatenate([owners, events.earlier_owners[known]]),
+            np.concatenate([*held, rows[known]]),
+        )
+
+    def _history_rows(self, model: BiasedMF, user: str, before: frozenset[str]) -> np.ndarray:
+        cached = self._encoded.get(user)
+        if cached is not None and cached[0] is before:
             return cached[1]
-        if cached is not None and cached[0] <= rated.before:
-            rows = np.concatenate([cached[1], _encode(model, rated.before - cached[0])])
-        else:
-            rows = _encode(model, rated.before)
+        rows = _encode(model, before)
         if len(self._encoded) >= _ENCODED_USERS:
             self._encoded.clear()
-        self._encoded[rated.user_id] = (rated.before, rows)
+        self._encoded[user] = (before, rows)
         return rows
 
 
@@ -215,104 +352,74 @@ class PrequentialRanking:
             scores with the view's vectors.
         """
         began = time.perf_counter()
-        positions = [at for at, event in enumerate(stored) if event.rating is not None]
-        labelled = [stored[at] for at in positions]
-        chosen = self._sampled(labelled)
-        pending = np.full((len(labelled), 2), _UNSAMPLED, dtype=np.int64)
+        batch = BatchColumns.of(stored)
+        chosen = self._sampled(stored, batch)
+        snapshot = self.history.snapshot
+        pending = np.full((len(batch.labelled), 2), _UNSAMPLED, dtype=np.int64)
         if chosen.size:
-            excluded, returning = self._rated_before(stored, [positions[j] for j in chosen])
-            users = [labelled[j].user_id for j in chosen]
-            items = [labelled[j].item_id for j in chosen]
+            events = RankedEvents.of(batch, batch.labelled[chosen], snapshot)
             own = None if vectors is None else vectors[chosen]
-            served = self._view_ranks(view, users, items, excluded, returning, own)
+            served = self._view_ranks(view, events, own)
             frozen = served
             if static is not None:
-                frozen = self._static_ranks(static, users, items, excluded)
+                frozen = self._static_ranks(static, events)
             self.tracker.record("driftline", served)
             self.tracker.record("static", frozen)
             pending[chosen, 0], pending[chosen, 1] = served, frozen
         self._pending = np.concatenate([self._pending, pending])
-        self.history.add([e.user_id for e in stored], [e.item_id for e in stored])
+        grown = self.history.add_by_user(batch.by_user())
+        after = self.history.snapshot
+        self._serving.advance(snapshot, after, grown, batch.first)
+        self._static.advance(snapshot, after, grown, batch.first)
         self.seconds += time.perf_counter() - began
 
-    def _sampled(self, labelled: Sequence[NewEvent]) -> np.ndarray:
-        if not labelled or self.sampler.fraction <= 0.0:
+    def _sampled(self, stored: Sequence[NewEvent], batch: BatchColumns) -> np.ndarray:
+        """Which labelled events are ranked: indices into ``batch.labelled``."""
+        sampler = self.sampler
+        if not len(batch.labelled) or sampler.fraction <= 0.0:
             return np.empty(0, dtype=np.int64)
-        mask = self.sampler.mask(
-            [e.user_id for e in labelled],
-            [e.item_id for e in labelled],
-            [e.timestamp for e in labelled],
-            [e.rating for e in labelled],
+        liked = np.flatnonzero(batch.ratings[batch.labelled] >= sampler.min_rating)
+        if not liked.size:
+            return liked
+        at = batch.labelled[liked].tolist()
+        users, items = batch.users, batch.items
+        inside = sampler.in_sample(
+            [users[j] for j in at], [items[j] for j in at], [stored[j].timestamp for j in at]
         )
-        return np.flatnonzero(mask)
-
-    def _rated_before(
-        self, stored: Sequence[NewEvent], ranked: Sequence[int]
-    ) -> tuple[list[Collection[str]], np.ndarray]:
-        """Per ranked position of ``stored``: the items its user rated before it (the
-        history's and the user's earlier events of this batch, labelled or not, as
-        ``/recommend`` counts them), and whether the user had an earlier labelled event
-        in the batch (which the fold-in has learnt by then)."""
-        wanted = set(ranked)
-        earlier: dict[str, list[str]] = {stored[at].user_id: [] for at in ranked}
-        learnt: set[str] = set()
-        snapshot = self.history.snapshot
-        excluded: list[Collection[str]] = []
-        returning = np.zeros(len(ranked), dtype=bool)
-        for at, event in enumerate(stored[: max(ranked) + 1]):
-            user = event.user_id
-            if at in wanted:
-                returning[len(excluded)] = user in learnt
-                before = snapshot.get(user, frozenset())
-                excluded.append(RatedBefore(user, before, earlier[user]))
-            if user in earlier:
-                earlier[user].append(event.item_id)
-                if event.rating is not None:
-                    learnt.add(user)
-        return excluded, returning
+        return liked[inside]
 
     def _view_ranks(
-        self,
-        view: ServingView,
-        users: Sequence[str],
-        items: Sequence[str],
-        excluded: Sequence[Collection[str]],
-        returning: np.ndarray,
-        vectors: np.ndarray | None,
+        self, view: ServingView, events: RankedEvents, vectors: np.ndarray | None
     ) -> np.ndarray:
         """Ranks by the serving model; a user it had never seen before the event (not in
         its version, never folded in) is not placed, as ``/recommend`` would not."""
         model = view.model
         if model is None:  # nothing ranks yet (``/recommend`` serves what is popular)
-            return np.full(len(users), NOT_RANKED, dtype=np.int64)
-        held = [view.user_vector(user) for user in users]
-        placed = returning | np.array([vector is not None for vector in held], dtype=bool)
+            return np.full(len(events.users), NOT_RANKED, dtype=np.int64)
         if vectors is None:
-            vectors = np.zeros((len(users), model.factors + EXTRA))
+            held = [view.user_vector(user) for user in events.users]
+            known = np.array([vector is not None for vector in held], dtype=bool)
+            vectors = np.zeros((len(held), model.factors + EXTRA))
             for position, vector in enumerate(held):
                 if vector is not None:
                     vectors[position] = vector
+        else:  # ``view.user_vector(user) is not None``, without building the vectors
+            folded, index = view.user_vectors, model.user_index
+            known = np.array([user in folded or user in index for user in events.users], dtype=bool)
         return self._serving.ranks(
             model,
             vectors,
-            placed,
-            items,
-            excluded,
+            events.returning | known,
+            events,
             global_mean=view.global_mean,
             item_bias=view.item_bias,
         )
 
-    def _static_ranks(
-        self,
-        model: BiasedMF,
-        users: Sequence[str],
-        items: Sequence[str],
-        excluded: Sequence[Collection[str]],
-    ) -> np.ndarray:
-        rows = model.encode_users(list(users))
+    def _static_ranks(self, model: BiasedMF, events: RankedEvents) -> np.ndarray:
+        rows = model.encode_users(events.users)
         placed = rows >= 0
         if not placed.any():
-            return np.full(len(users), NOT_RANKED, dtype=np.int64)
+            return np.full(len(rows), NOT_RANKED, dtype=np.int64)
         known = np.where(placed, rows, rows[placed][0])
         scale = np.ones(len(known))  # the version's own score: μ + b_u + b_i + q_i · p_u
         vectors = np.column_stack([model.user_factors[known], model.user_bias[known], scale])
@@ -320,8 +427,7 @@ class PrequentialRanking:
             model,
             vectors,
             placed,
-            items,
-            excluded,
+            events,
             global_mean=model.global_mean,
             item_bias=model.item_bias,
         )
