@@ -312,7 +312,6 @@ class UserKeys:
         except KeyError:
             if len(keys) + len(users) > self.limit:
                 keys.clear()
-            for user in users:
-                if user not in keys:
-                    keys[user] = user_key(user)
+            for user in dict.fromkeys(users).keys() - keys.keys():
+                keys[user] = user_key(user)
             return np.fromiter(map(keys.__getitem__, users), dtype=np.uint16, count=len(users))

@@ -313,10 +313,11 @@ class _Codes:
         try:
             return np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
         except KeyError:
-            for name in ids:
-                if name not in index:
-                    index[name] = len(self.names)
-                    self.names.append(name)
+            # The new ids found by set operations, numbered in sorted order so that codes
+            # do not depend on string hashing.
+            for name in sorted(dict.fromkeys(ids).keys() - index.keys()):
+                index[name] = len(self.names)
+                self.names.append(name)
             return np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
