@@ -308,10 +308,10 @@ class UserKeys:
         """The keys of ``users``, shape ``(n,)``, ``uint16``."""
         keys = self._keys
         try:
-            return np.fromiter(map(keys.__getitem__, users), dtype=np.uint16, count=len(users))
+            return np.array(list(map(keys.__getitem__, users)), dtype=np.uint16)
         except KeyError:
             if len(keys) + len(users) > self.limit:
                 keys.clear()
-            for user in dict.fromkeys(users).keys() - keys.keys():
+            for user in set(users).difference(keys):
                 keys[user] = user_key(user)
-            return np.fromiter(map(keys.__getitem__, users), dtype=np.uint16, count=len(users))
+            return np.array(list(map(keys.__getitem__, users)), dtype=np.uint16)

@@ -311,14 +311,14 @@ class _Codes:
         """The codes of ``ids``, shape ``(n,)``; new ids get the next codes."""
         index = self._index
         try:
-            return np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
+            return np.array(list(map(index.__getitem__, ids)), dtype=np.int64)
         except KeyError:
             # The new ids found by set operations, numbered in sorted order so that codes
             # do not depend on string hashing.
-            for name in sorted(dict.fromkeys(ids).keys() - index.keys()):
+            for name in sorted(set(ids).difference(index)):
                 index[name] = len(self.names)
                 self.names.append(name)
-            return np.fromiter(map(index.__getitem__, ids), dtype=np.int64, count=len(ids))
+            return np.array(list(map(index.__getitem__, ids)), dtype=np.int64)
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """The ids of ``codes`` as an object array."""
