@@ -4,14 +4,20 @@
 users had events for among the newest ``POPULAR_WINDOW`` events. Counting them with SQL
 on every such request would cost a query over the window per request; here the counts
 are kept in memory as events arrive, each event entering the window and, ``window``
-events later, leaving it, and the ranking is kept sorted as counts move (an item whose
-count changed is taken out and put back by bisection), so the work per event is a few
-microseconds and a request reads a ranking that is already sorted (why not re-sort per
-batch: ``docs/decisions/0004-serving-index-and-model-choices.md``).
+events later, leaving it, and a request reads a ranking that is already sorted.
 
 Counted in distinct users: one user's events count once per item, so a
 client replaying one user's rating a thousand times moves an item no more than that
 user rating it once.
+
+The work is per batch, in NumPy, not per event in Python: ids become integer codes, a
+(user, item) pair one int64 key, the window a ring of keys. A batch's arriving and
+leaving keys are counted together (``np.unique``) against the window's sorted pair
+counts; the pairs that appear or vanish move their items' distinct-user counts; and the
+ranking is re-sorted once per batch on a single int64 key per item (count, then the
+item id's place in id order, which the codes keep). An earlier version kept a sorted
+list and moved each changed item by bisection, a few microseconds per event
+(``docs/decisions/0004-serving-index-and-model-choices.md``).
 
 Concurrency, as for the serving view: one writer (the ingest path) adds and publishes
 an immutable ranking (a tuple swapped whole); readers take it without a lock.
@@ -20,15 +26,251 @@ an immutable ranking (a tuple swapped whole); readers take it without a lock.
 from __future__ import annotations
 
 from bisect import bisect_left, insort
-from collections import deque
 from collections.abc import Container, Sequence
-from itertools import islice
+from itertools import islice, repeat
 
 import numpy as np
+from numba import njit
 
 #: Items kept in the published ranking. ``/recommend`` asks for at most 1,000 and drops
 #: the stranger's own items (at most the events it had in the window).
 RANKED = 2_000
+
+#: A pair key is ``user code << _ITEM_BITS | item code``.
+_ITEM_BITS = 32
+_ITEM_MASK = (1 << _ITEM_BITS) - 1
+
+#: New ids sorted into the item order one by one up to this many, merged above it.
+_INSERTED = 64
+
+
+class _Codes:
+    """Ids as integer codes, given in order of first sight."""
+
+    def __init__(self) -> None:
+        self.index: dict[str, int] = {}
+        self.names: list[str] = []
+        #: ``names`` as an object array (capacity doubles), for gathering many at once.
+        self.objects = np.empty(64, dtype=object)
+
+    def encode(self, ids: Sequence[str]) -> np.ndarray:
+        """The code of each id ``(n,)`` int64, new ids given the next codes."""
+        codes = np.fromiter(map(self.index.get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
+        missing = np.flatnonzero(codes < 0)
+        if missing.size:
+            new = list(dict.fromkeys(ids[j] for j in missing.tolist()))
+            self._append(new)
+            get = self.index.__getitem__
+            codes[missing] = [get(ids[j]) for j in missing.tolist()]
+        return codes
+
+    def _append(self, new: list[str]) -> None:
+        start = len(self.names)
+        self.index.update(zip(new, range(start, start + len(new)), strict=True))
+        self.names += new
+        if len(self.names) > len(self.objects):
+            grown = np.empty(2 * len(self.names), dtype=object)
+            grown[:start] = self.objects[:start]
+            self.objects = grown
+        self.objects[start : len(self.names)] = new
+
+
+class _ItemCodes(_Codes):
+    """Item codes that also know each item's place in id order: ``rank`` (code → place)
+    and ``by_rank`` (place → code), so items sort by (count, id) on integers."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sorted: list[str] = []
+        self.rank = np.zeros(64, dtype=np.int64)
+        self.by_rank = np.zeros(64, dtype=np.int64)
+
+    def _append(self, new: list[str]) -> None:
+        start = len(self.names)
+        super()._append(new)
+        fresh = sorted(new)
+        # Where each new id goes among the old ones; an old id moves down by the number
+        # of new ids that sort before it.
+        places = np.array([bisect_left(self.sorted, name) for name in fresh], dtype=np.int64)
+        if len(self.rank) < len(self.names):
+            grown = np.zeros(2 * len(self.names), dtype=np.int64)
+            grown[:start] = self.rank[:start]
+            self.rank, self.by_rank = grown, np.zeros_like(grown)
+        before = np.zeros(start + 1, dtype=np.int64)  # new ids placed at or before each rank
+        np.add.at(before, places, 1)
+        old = self.rank[:start]
+        old += np.cumsum(before)[old]
+        codes = [self.index[name] for name in fresh]
+        self.rank[codes] = places + np.arange(len(fresh))
+        self.by_rank[self.rank[: len(self.names)]] = np.arange(len(self.names))
+        if len(fresh) > _INSERTED:
+            self.sorted = sorted(self.sorted + fresh)
+        else:
+            for name in fresh:
+                insort(self.sorted, name)
+
+
+class _Window:
+    """The window's events and their counts, all in codes.
+
+    Attributes
+    ----------
+    ring
+        Pair keys of the events, a circular buffer of ``window`` slots; the oldest is at
+        ``start`` and ``size`` are held.
+    table, counts
+        An open-addressing hash table of the window's distinct pairs (``_EMPTY`` marks
+        a free slot) and how many of its events each has.
+    distinct
+        Per item code, the distinct users it has in the window.
+    pairs
+        Distinct pairs in the window.
+    """
+
+    def __init__(self, window: int) -> None:
+        self.users = _Codes()
+        self.items = _ItemCodes()
+        self.ring = np.empty(window, dtype=np.int64)
+        self.start = 0
+        self.size = 0
+        slots = 1 << max(4, (2 * window - 1).bit_length())  # at most half full
+        self.table = np.full(slots, _EMPTY, dtype=np.int64)
+        self.counts = np.zeros(slots, dtype=np.int64)
+        self.distinct = np.zeros(64, dtype=np.int64)
+        self.pairs = 0
+
+    def add(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> None:
+        """Push the oldest events out of the window and let these in (oldest first)."""
+        users = self.users.encode(user_ids)
+        items = self.items.encode(item_ids)
+        if len(self.distinct) < len(self.items.names):
+            grown = np.zeros(2 * len(self.items.names), dtype=np.int64)
+            grown[: len(self.distinct)] = self.distinct
+            self.distinct = grown
+        arrived = (users << _ITEM_BITS) | items
+        state = np.array([self.start, self.size, self.pairs], dtype=np.int64)
+        _slide(self.ring, state, arrived, self.table, self.counts, self.distinct)
+        self.start, self.size, self.pairs = state.tolist()
+
+    def top(self, ranked: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
+        """The best ``ranked`` items and their distinct users, best first, ties by id."""
+        items = self.items
+        best = _best(self.distinct, items.by_rank[: len(items.names)], ranked)
+        names = items.objects[best].tolist()
+        return tuple(names), tuple(self.distinct[best].tolist())
+
+    def events(self) -> tuple[list[str], list[str]]:
+        """The window's users and items, oldest first."""
+        keys = self.ring[(self.start + np.arange(self.size)) % len(self.ring)]
+        users = self.users.objects[keys >> _ITEM_BITS].tolist()
+        items = self.items.objects[keys & _ITEM_MASK].tolist()
+        return users, items
+
+    def wasteful(self) -> bool:
+        """Whether the codes hold more than twice a window of ids: ids that left the
+        window keep their codes until the window is re-coded from its events."""
+        limit = 2 * len(self.ring) + _INSERTED
+        return len(self.users.names) > limit or len(self.items.names) > limit
+
+
+@njit(cache=True, nogil=True)
+def _best(distinct: np.ndarray, by_rank: np.ndarray, ranked: int) -> np.ndarray:  # pragma: no cover
+    """The codes of the ``ranked`` items with the most distinct users, ties by id: a
+    counting sort on the count of the items taken in id order (``by_rank``)."""
+    most = 0
+    for count in distinct:
+        most = max(most, count)
+    ahead = np.zeros(most + 2, dtype=np.int64)  # items with a count above each count
+    for count in distinct:
+        if count > 0:
+            ahead[count - 1] += 1
+    for count in range(most - 1, -1, -1):
+        ahead[count] += ahead[count + 1]
+    best = np.empty(min(ranked, ahead[0]), dtype=np.int64)
+    for code in by_rank:
+        count = distinct[code]
+        if count > 0 and ahead[count] < best.size:
+            best[ahead[count]] = code
+            ahead[count] += 1
+    return best
+
+
+#: A free slot of the pair table (pair keys are never negative).
+_EMPTY = -1
+
+
+@njit(cache=True, nogil=True)
+def _home(key: int, shift: np.uint64) -> int:  # pragma: no cover - compiled
+    """Where ``key``'s probe run starts: a Fibonacci hash, its top bits."""
+    return int(np.int64((np.uint64(key) * np.uint64(0x9E3779B97F4A7C15)) >> shift))
+
+
+@njit(cache=True, nogil=True)
+def _slot(table: np.ndarray, key: int, shift: np.uint64) -> int:  # pragma: no cover
+    """The slot holding ``key``, or the free slot where it would go (linear probing)."""
+    mask = table.size - 1
+    at = _home(key, shift)
+    while table[at] != key and table[at] != _EMPTY:
+        at = (at + 1) & mask
+    return at
+
+
+@njit(cache=True, nogil=True)
+def _free(
+    table: np.ndarray, counts: np.ndarray, at: int, shift: np.uint64
+) -> None:  # pragma: no cover - compiled
+    """Empty slot ``at``, shifting back the entries its key's probe run displaced, so no
+    probe run is broken and no tombstone is left."""
+    mask = table.size - 1
+    gap, probe = at, (at + 1) & mask
+    while table[probe] != _EMPTY:
+        home = _home(table[probe], shift)
+        if (probe - home) & mask >= (probe - gap) & mask:  # may move back into the gap
+            table[gap], counts[gap] = table[probe], counts[probe]
+            gap = probe
+        probe = (probe + 1) & mask
+    table[gap], counts[gap] = _EMPTY, 0
+
+
+@njit(cache=True, nogil=True)
+def _slide(
+    ring: np.ndarray,
+    state: np.ndarray,
+    arrived: np.ndarray,
+    table: np.ndarray,
+    counts: np.ndarray,
+    distinct: np.ndarray,
+) -> None:  # pragma: no cover - compiled
+    """Move the window by ``arrived``: the oldest events leave (a pair whose last event
+    leaves takes a user from its item), then the new ones enter (a pair's first event
+    gives its item a user). ``state`` is [start, size, pairs], updated in place."""
+    window = ring.size
+    start, size, pairs = state[0], state[1], state[2]
+    bits = 0
+    while (1 << bits) < table.size:
+        bits += 1
+    shift = np.uint64(64 - bits)
+    leaving = max(0, size + arrived.size - window)
+    for _ in range(leaving):
+        key = ring[start]
+        start = (start + 1) % window
+        at = _slot(table, key, shift)
+        counts[at] -= 1
+        if counts[at] == 0:
+            _free(table, counts, at, shift)
+            distinct[key & _ITEM_MASK] -= 1
+            pairs -= 1
+    size -= leaving
+    for key in arrived:
+        ring[(start + size) % window] = key
+        size += 1
+        at = _slot(table, key, shift)
+        if table[at] == _EMPTY:
+            table[at] = key
+            distinct[key & _ITEM_MASK] += 1
+            pairs += 1
+        counts[at] += 1
+    state[0], state[1], state[2] = start, size, pairs
 
 
 class PopularItems:
@@ -59,74 +301,51 @@ class PopularItems:
             raise ValueError(f"window must be at least 1, got {window}")
         self.window = window
         self.ranked = ranked
-        self._events: deque[tuple[str, str]] = deque()
-        self._pairs: dict[tuple[str, str], int] = {}
-        self._users: dict[str, int] = {}
-        #: (−distinct users, item) of every item in the window, sorted: best first.
-        self._order: list[tuple[int, str]] = []
-        #: The best ``ranked`` of ``_order`` and the window's distinct (user, item)
-        #: pairs, published together.
-        self._published: tuple[tuple[tuple[int, str], ...], int] = ((), 0)
+        self._window = _Window(window)
+        #: The best ``ranked`` items, their distinct users and the window's distinct
+        #: (user, item) pairs, published together.
+        self._published: tuple[tuple[str, ...], tuple[int, ...], int] = ((), (), 0)
 
     @property
     def ranking(self) -> tuple[tuple[str, int], ...]:
         """(item, distinct users) best first, ties by item id."""
-        return tuple((item, -negative) for negative, item in self._published[0])
+        items, users, _ = self._published
+        return tuple(zip(items, users, strict=True))
 
     def top(self, k: int, exclude: Container[str] = ()) -> list[tuple[str, float]]:
         """The ``k`` best items not in ``exclude``, each scored by its share of the
         window's distinct (user, item) pairs (lock-free)."""
-        ranking, pairs = self._published
-        chosen = islice((entry for entry in ranking if entry[1] not in exclude), k)
-        return [(item, -negative / pairs) for negative, item in chosen]
+        items, users, pairs = self._published
+        ranked = zip(items, users, strict=True)
+        chosen = islice((entry for entry in ranked if entry[0] not in exclude), k)
+        return [(item, count / pairs) for item, count in chosen]
 
     @property
     def pairs(self) -> int:
         """Distinct (user, item) pairs in the window."""
-        return len(self._pairs)
+        return self._window.pairs
 
     def add(self, user_ids: Sequence[str], item_ids: Sequence[str]) -> None:
         """Let events in (oldest first), push the oldest out of the window, re-rank.
 
-        Counts are read with ``dict.get``: a ``Counter``'s missing key goes through a
-        Python-level ``__missing__``, and most of a batch's pairs are new to the window.
+        Only the newest ``window`` of a batch can stay in the window; older ones would
+        enter and leave within the batch, so they are not counted at all.
         """
         if len(user_ids) != len(item_ids):
             raise ValueError(f"{len(user_ids)} users for {len(item_ids)} items")
-        events, pairs, users = self._events, self._pairs, self._users
-        before: dict[str, int] = {}  # each moved item's count before this batch
-        arrived = list(zip(user_ids, item_ids, strict=True))
-        events.extend(arrived)
-        for pair in arrived:
-            count = pairs.get(pair, 0)
-            pairs[pair] = count + 1
-            if not count:
-                item = pair[1]
-                seen = users.get(item, 0)
-                before.setdefault(item, seen)
-                users[item] = seen + 1
-        for _ in range(len(events) - self.window):
-            pair = events.popleft()
-            count = pairs[pair] - 1
-            if count:
-                pairs[pair] = count
-                continue
-            del pairs[pair]
-            item = pair[1]
-            seen = users[item]
-            before.setdefault(item, seen)
-            users[item] = seen - 1
-        for item, old in before.items():
-            self._move(item, old, users[item])
-            if users[item] == 0:
-                del users[item]
-        if user_ids:
-            self._published = (tuple(self._order[: self.ranked]), len(pairs))
+        if not len(user_ids):
+            return
+        if len(user_ids) > self.window:
+            user_ids, item_ids = user_ids[-self.window :], item_ids[-self.window :]
+        window = self._window
+        window.add(user_ids, item_ids)
+        if window.wasteful():
+            window = self._window = self._recoded(window)
+        self._published = (*window.top(self.ranked), window.pairs)
 
     def export_state(self) -> dict[str, np.ndarray]:
         """The window's events, oldest first: the counts and the ranking follow from them."""
-        users = [user for user, _ in self._events]
-        items = [item for _, item in self._events]
+        users, items = self._window.events()
         return {
             "popular_users": np.array(users, dtype=str),
             "popular_items": np.array(items, dtype=str),
@@ -146,15 +365,12 @@ class PopularItems:
     def load_state(self, state: dict[str, np.ndarray]) -> None:
         """Rank the window ``export_state`` wrote instead of the one held now."""
         loaded = self.from_state(state, self.window, self.ranked)
-        self._events, self._pairs, self._users = loaded._events, loaded._pairs, loaded._users
-        self._order, self._published = loaded._order, loaded._published
+        self._window, self._published = loaded._window, loaded._published
 
-    def _move(self, item: str, old: int, new: int) -> None:
-        """Re-place ``item`` in the sorted order after its count went from old to new."""
-        if old == new:
-            return
-        order = self._order
-        if old:
-            del order[bisect_left(order, (-old, item))]
-        if new:
-            insort(order, (-new, item))
+    def _recoded(self, window: _Window) -> _Window:
+        """The same window with codes for its own ids only."""
+        fresh = _Window(self.window)
+        users, items = window.events()
+        if users:
+            fresh.add(users, items)
+        return fresh
