@@ -15,6 +15,12 @@
   percentile request latency. Beside it: the same batches written straight to the store
   in-process (the storage ceiling).
 
+* river: ``river_learn_events_per_s`` is river's ``BiasedMF`` predicting then learning
+  the same events, in this process, in the same run: the yardstick a learning path is
+  held to. ``kafka_ratio_to_river`` and ``http_ratio_to_river`` divide the Kafka (one
+  consumer) and HTTP figures by it: events that arrive, become durable and are learnt,
+  per second, against events river only learns.
+
 Retraining is switched off so the figures are about ingestion alone.
 """
 
@@ -34,6 +40,7 @@ import httpx
 import numpy as np
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from benchmarks.baselines import RiverTrack
 from benchmarks.broker import EmbeddedBroker, create_topic
 from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
 from benchmarks.launcher import ServerProcess, free_port
@@ -220,6 +227,16 @@ def _store_only(batches: list[list[dict]], workdir: Path) -> float:
     return sum(len(b) for b in parsed) / elapsed
 
 
+def _river(stream: RatingStream, batch_size: int) -> float:
+    """Events/s of river's ``BiasedMF`` predicting then learning ``stream``, in batches."""
+    river = RiverTrack()
+    for start in range(0, len(stream), batch_size):
+        stop = min(len(stream), start + batch_size)
+        ratings = stream.ratings[start:stop].tolist()
+        river.process(stream.user_ids[start:stop], stream.item_ids[start:stop], ratings)
+    return river.count / river.seconds
+
+
 def run_ingest(
     dataset: Path | None = None,
     limit: int | None = None,
@@ -231,6 +248,10 @@ def run_ingest(
         workdir = Path(tmp)
         figures: dict[str, Any] = {"events": len(stream), "http_clients": clients}
         figures.update(_kafka(stream, workdir))
+        river = _river(stream, batch_size)
         figures.update(_http(stream, workdir, clients))
     figures["http_batch"] = HTTP_BATCH
+    figures["river_learn_events_per_s"] = river
+    figures["kafka_ratio_to_river"] = figures["kafka_events_per_s"] / river
+    figures["http_ratio_to_river"] = figures["http_events_per_s"] / river
     return figures
