@@ -89,6 +89,9 @@ def test_bench_ingest_measures_kafka_and_http(tmp_path: Path) -> None:
         "kafka_read_only_events_per_s",
         "http_events_per_s",
         "store_only_events_per_s",
+        "river_learn_events_per_s",
+        "kafka_ratio_to_river",
+        "http_ratio_to_river",
     ):
         assert figures[key] > 0, figures
     assert 0 < figures["http_p50_ms"] <= figures["http_p99_ms"]
