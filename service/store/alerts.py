@@ -77,9 +77,13 @@ def list_alerts(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
     return [dict(row._mapping) for row in conn.execute(query)]
 
 
+#: Built once: the monitor writes heartbeats after every batch.
+_INSERT_HEARTBEATS = insert(heartbeats)
+
+
 def add_heartbeats(conn: Connection, rows: list[dict[str, Any]]) -> None:
     if rows:
-        conn.execute(insert(heartbeats), rows)
+        conn.execute(_INSERT_HEARTBEATS, rows)
 
 
 def list_heartbeats(conn: Connection, since_events: int = 0) -> list[dict[str, Any]]:

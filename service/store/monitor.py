@@ -10,10 +10,28 @@ import time
 from typing import Any
 
 import orjson
-from sqlalchemy import JSON, Connection, String, cast, insert, select, type_coerce, update
-from sqlalchemy.sql.elements import ColumnElement
+from sqlalchemy import JSON, Connection, String, bindparam, cast, insert, select, update
+from sqlalchemy.sql.dml import Update
 
 from service.store.tables import monitor_state
+
+
+def _update(value: Any) -> Update:
+    return (
+        update(monitor_state)
+        .where(monitor_state.c.replica == bindparam("key"))
+        .values(saved_at=bindparam("at"), model_version=bindparam("version"), state=value)
+    )
+
+
+# Built once: a statement built per call spent longer in SQLAlchemy than in SQLite.
+#: The state as text already encoded (SQLite keeps JSON as text; PostgreSQL casts it).
+_UPDATE_ENCODED = {
+    "sqlite": _update(bindparam("value", type_=String)),
+    "postgresql": _update(cast(bindparam("value", type_=String), JSON)),
+}
+#: The state as a dictionary, encoded by the column's type.
+_UPDATE = _update(bindparam("value", type_=JSON))
 
 
 def save_monitor_state(
@@ -22,33 +40,29 @@ def save_monitor_state(
     """Replace ``replica``'s snapshot; call it in the transaction that writes the
     heartbeats ``state`` accounts for, so the two never disagree after a crash.
 
-    The row is updated in place (inserted the first time), one statement per heartbeat.
+    The row is updated in place (inserted the first time), one statement per
+    heartbeat. The snapshot is about 100 kB of base64 written with every heartbeat,
+    which the standard JSON encoder took most of a millisecond over: on SQLite and
+    PostgreSQL it is encoded with orjson (a state orjson refuses, holding numpy
+    scalars, and other databases go through the column's own encoder).
     """
-    values = {"saved_at": time.time(), "model_version": model_version}
+    params = {"key": replica, "at": time.time(), "version": model_version}
+    statement = _UPDATE_ENCODED.get(conn.dialect.name)
+    value: Any = state
+    if statement is not None:
+        try:
+            value = orjson.dumps(state).decode("utf-8")
+        except TypeError:
+            statement = None
     changed = conn.execute(
-        update(monitor_state)
-        .where(monitor_state.c.replica == replica)
-        .values(**values, state=_json(conn, state))
+        statement if statement is not None else _UPDATE, {**params, "value": value}
     )
     if not changed.rowcount:
-        conn.execute(insert(monitor_state).values(replica=replica, **values, state=state))
-
-
-def _json(conn: Connection, state: dict[str, Any]) -> ColumnElement[Any] | dict[str, Any]:
-    """``state`` as the JSON column's value, encoded with orjson where the column holds
-    text (SQLite) or takes text cast to JSON (PostgreSQL): the snapshot is about 100 kB
-    of base64 written with every heartbeat, which the standard encoder took most of a
-    millisecond over. Other databases, and a state orjson does not take (numpy scalars),
-    get the dictionary, encoded as usual."""
-    backend = conn.dialect.name
-    if backend not in ("sqlite", "postgresql"):
-        return state
-    try:
-        encoded = orjson.dumps(state).decode("utf-8")
-    except TypeError:
-        return state
-    text = type_coerce(encoded, String)
-    return text if backend == "sqlite" else cast(text, JSON)
+        conn.execute(
+            insert(monitor_state).values(
+                replica=replica, saved_at=params["at"], model_version=model_version, state=state
+            )
+        )
 
 
 def load_monitor_state(conn: Connection, replica: int) -> dict[str, Any] | None:
