@@ -223,21 +223,16 @@ class RankingSampler:
     def _digests_of(self, keys: list[str]) -> np.ndarray:
         """The digest of each id ``(n,)`` uint64: looked up, computed only for ids not kept."""
         digests = self._digests
-        found = list(map(digests.get, keys))
         try:
-            return np.array(found, dtype=np.uint64)
-        except TypeError:  # some ids are new: None does not convert
+            return np.array(list(map(digests.get, keys)), dtype=np.uint64)
+        except TypeError:  # some ids are new (None does not convert): digest each once
             pass
-        for at, value in enumerate(found):
-            if value is None:
-                key = keys[at]
-                value = digests.get(key)  # an id repeated in the batch is computed once
-                if value is None:
-                    if len(digests) >= _ID_CACHE_LIMIT:
-                        digests.clear()
-                    value = digests[key] = _id_digest(key)
-                found[at] = value
-        return np.array(found, dtype=np.uint64)
+        new = [key for key in dict.fromkeys(keys) if key not in digests]
+        if len(digests) + len(new) > _ID_CACHE_LIMIT:
+            digests.clear()
+            new = list(dict.fromkeys(keys))
+        digests.update(zip(new, map(_id_digest, new), strict=True))
+        return np.array(list(map(digests.__getitem__, keys)), dtype=np.uint64)
 
 
 def rank_of(scores: ArrayLike, target: int, exclude: ArrayLike | None = None) -> int:
@@ -398,18 +393,40 @@ def _checked(
     targets = np.asarray(targets, dtype=np.int64).reshape(-1)
     if targets.size != m:
         raise ValueError(f"{targets.size} targets for {m} score rows")
-    if (targets >= n).any():
-        raise ValueError(f"a target row is past the {n} scored items")
     owners = np.asarray(owners, dtype=np.int64).reshape(-1)
     rows = np.asarray(rows, dtype=np.int64).reshape(-1)
     if owners.size != rows.size:
         raise ValueError(f"{owners.size} owners for {rows.size} excluded rows")
-    if rows.size and (rows.min() < 0 or rows.max() >= n):
-        raise ValueError(f"an excluded row is outside the {n} scored items")
-    if owners.size and (owners.min() < 0 or owners.max() >= m):
-        raise ValueError(f"an exclusion belongs to no event of the {m}")
     starts, grouped = _group_by_owner(owners, rows, m)
+    problem = _out_of_range(targets, owners, rows, n)
+    if problem:
+        raise ValueError(_RANGE_PROBLEMS[problem].format(m=m, n=n))
     return targets, starts, grouped
+
+
+_RANGE_PROBLEMS = {
+    1: "a target row is past the {n} scored items",
+    2: "an excluded row is outside the {n} scored items",
+    3: "an exclusion belongs to no event of the {m}",
+}
+
+
+@njit(cache=True, nogil=True)
+def _out_of_range(
+    targets: np.ndarray, owners: np.ndarray, rows: np.ndarray, n: int
+) -> int:  # pragma: no cover - compiled
+    """Which of ``_RANGE_PROBLEMS`` the arguments have, 0 if none (one pass, no
+    temporaries: the checks cost less than the NumPy reductions' calls)."""
+    for target in targets:
+        if target >= n:
+            return 1
+    for row in rows:
+        if row < 0 or row >= n:
+            return 2
+    for owner in owners:
+        if owner < 0 or owner >= targets.size:
+            return 3
+    return 0
 
 
 @njit(cache=True, nogil=True)
@@ -419,6 +436,8 @@ def _group_by_owner(
     """A counting sort of ``rows`` by ``owners`` (stable)."""
     starts = np.zeros(m + 1, dtype=np.int64)
     for owner in owners:
+        if owner < 0 or owner >= m:  # refused by the caller
+            return starts, rows[:0].copy()
         starts[owner + 1] += 1
     for j in range(m):
         starts[j + 1] += starts[j]
