@@ -593,8 +593,11 @@ class RankingTracker:
     def record(self, track: str, ranks: ArrayLike) -> None:
         """Add the ranks ``(m,)`` of ``m`` sampled events to ``track`` (``NOT_RANKED``: a miss)."""
         ranked = np.asarray(ranks, dtype=np.int64).reshape(-1)
-        self._hits[track] = self._hits.get(track, 0.0) + float(hits(ranked, self.k).sum())
-        self._gains[track] = self._gains.get(track, 0.0) + float(ndcg(ranked, self.k).sum())
+        inside = (ranked >= 1) & (ranked <= self.k)
+        gains = np.zeros(ranked.size)  # ``ndcg``'s array, summed the same way
+        gains[inside] = 1.0 / np.log2(ranked[inside] + 1.0)
+        self._hits[track] = self._hits.get(track, 0.0) + float(np.count_nonzero(inside))
+        self._gains[track] = self._gains.get(track, 0.0) + float(gains.sum())
         self._counts[track] = self._counts.get(track, 0) + int(ranked.size)
 
     def hit_rate(self, track: str) -> float | None:

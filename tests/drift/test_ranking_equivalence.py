@@ -15,8 +15,11 @@ import pytest
 from drift.ranking import (
     NOT_RANKED,
     RankingSampler,
+    RankingTracker,
     _mix,
     _score_row,
+    hits,
+    ndcg,
     rank_of,
     ranks_excluding,
     ranks_of,
@@ -156,3 +159,16 @@ def test_the_sample_of_a_batch_is_the_events_whose_own_point_is_below_the_fracti
             users[start:stop], items[start:stop], stamps[start:stop], ratings[start:stop]
         )
         assert got.tolist() == expected[start:stop]
+
+
+def test_the_tracker_sums_what_hits_and_ndcg_give_event_by_event() -> None:
+    rng = np.random.default_rng(12)
+    tracker, hit_sum, gain_sum, count = RankingTracker(k=10), 0.0, 0.0, 0
+    for _ in range(300):
+        ranks = rng.integers(0, 30, int(rng.integers(0, 40)))
+        tracker.record("driftline", ranks)
+        hit_sum += float(hits(ranks, 10).sum())
+        gain_sum += float(ndcg(ranks, 10).sum())
+        count += len(ranks)
+    assert tracker.hit_rate("driftline") == hit_sum / count
+    assert tracker.ndcg("driftline") == gain_sum / count
