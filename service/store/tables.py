@@ -28,7 +28,7 @@ events = Table(
     metadata,
     Column("id", BigId, primary_key=True, autoincrement=True),
     Column("event_id", String(256), nullable=False, unique=True),
-    Column("user_id", String(256), nullable=False, index=True),
+    Column("user_id", String(256), nullable=False),
     Column("item_id", String(256), nullable=False),
     Column("rating", Float, nullable=True),
     Column("timestamp", Float, nullable=True),
