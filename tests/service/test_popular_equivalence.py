@@ -60,8 +60,8 @@ class _ReferencePopular:
 
 
 #: Ids whose order as strings differs from their order as numbers, with prefixes,
-#: case and characters outside ASCII.
-_AWKWARD = ["", "a", "ab", "a0", "B", "b", "ä", "z", "10", "9", "09", "1 0", "é", "ü", "Z9"]
+#: case and characters outside ASCII and outside the basic plane.
+_AWKWARD = ["", "a", "ab", "a0", "B", "b", "ä", "z", "10", "9", "09", "1 0", "é", "ü", "Z9", "𝔷"]
 
 
 def _stream(seed: int, n: int, fresh: float) -> tuple[list[str], list[str]]:
@@ -148,3 +148,18 @@ def test_a_window_of_new_ids_only_keeps_its_codes_bounded() -> None:
         assert popular.ranking == reference.ranking()
     assert len(popular._window.items.names) <= 2 * 5 + 64
     assert len(popular._window.users.names) <= 2 * 5 + 64
+
+
+def test_ids_with_nul_characters_rank_as_python_orders_them() -> None:
+    """An id that only adds NULs to another sorts after it, as Python orders strings
+    (NumPy's fixed-width strings would drop the NULs)."""
+    users, items = _stream(3, 4_000, 0.2)
+    nul = ["a\x00", "\x00", "a\x00b", "a", "\x00\x00", "b\x00"]
+    items = [
+        nul[at % len(nul)] if at % 7 == 0 and at > 2_000 else item for at, item in enumerate(items)
+    ]
+    popular, reference = PopularItems(300, 60), _ReferencePopular(300, 60)
+    for part in _batches(len(users), 4, 150):
+        popular.add(users[part], items[part])
+        reference.add(users[part], items[part])
+        assert popular.ranking == reference.ranking()
