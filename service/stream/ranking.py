@@ -97,6 +97,17 @@ class BatchColumns:
         order = np.argsort(codes, kind="stable")
         return cls(users, items, ratings, labelled, first, codes, order, starts)
 
+    def first_positions(self, items: dict[str, list[str]]) -> dict[str, list[int]]:
+        """Where each user's ``items`` (of the batch) first occur in the batch."""
+        code = {user: c for c, user in enumerate(self.first)}
+        found: dict[str, list[int]] = {}
+        for user, theirs in items.items():
+            c = code[user]
+            at = self.order[self.starts[c] : self.starts[c + 1]].tolist()[::-1]
+            first = dict(zip(map(self.items.__getitem__, at), at, strict=True))
+            found[user] = [first[item] for item in theirs]
+        return found
+
     def by_user(self) -> dict[str, list[str]]:
         """Each user's items in arrival order, the users in order of first event."""
         grouped = np.array(self.items, dtype=object)[self.order]
@@ -190,6 +201,9 @@ class CatalogueRanker:
         #: [q_i; b_i] of every item (``k+1 x n_items``); the bias row is the caller's.
         self._items = np.zeros((0, 0))
         self._encoded: dict[str, tuple[frozenset[str], np.ndarray]] = {}
+        #: The batch whose items ``_batch_encoded`` holds the rows of (by identity).
+        self._batch: list[str] | None = None
+        self._batch_encoded = np.empty(0, dtype=np.int64)
 
     def ranks(
         self,
@@ -225,63 +239,75 @@ class CatalogueRanker:
         shift = global_mean + user_vectors[:, BIAS]
         targets = model.encode_items(events.targets)
         targets[~placed] = -1
-        owners, rows = self._excluded(model, events)
+        owners, rows = self._excluded(model, events, targets >= 0)
         return ranks_of_products(scaled, self._items, shift, targets, owners, rows)
 
     def advance(
         self,
         before: Map[str, frozenset[str]],
         after: Map[str, frozenset[str]],
-        grown: dict[str, list[str]],
-        users: Sequence[str],
+        fresh_at: dict[str, list[int]],
+        items: list[str],
     ) -> None:
-        """Carry the encoded histories of ``users`` from the history's ``before`` to its
-        ``after`` snapshot, ``grown`` being what ``RatedItems.add`` reported between:
-        the new items of all of them are encoded in one look-up."""
+        """Carry the encoded histories of the batch's users from the history's
+        ``before`` to its ``after`` snapshot: ``fresh_at`` holds, for each user whose
+        set only grew, where in the batch (``items``) the items new to it first occur.
+        Their rows are the batch's, encoded once a batch."""
         model, encoded = self._model, self._encoded
         if model is None:
             return
         carried: list[tuple[str, frozenset[str], np.ndarray, int]] = []
-        fresh: list[str] = []
-        for user in users:
-            cached = encoded.get(user)
+        positions: list[int] = []
+        for user, cached in [(user, encoded.get(user)) for user in fresh_at]:
             if cached is None:
                 continue
             held, now = cached[0], after.get(user)
-            if now is held:
-                continue
-            added = grown.get(user)
-            if now is None or added is None or held is not before.get(user):
+            if now is None or held is not before.get(user):
                 del encoded[user]
                 continue
-            carried.append((user, now, cached[1], len(added)))
-            fresh += added
-        rows = model.encode_items(fresh)
+            carried.append((user, now, cached[1], len(fresh_at[user])))
+            positions += fresh_at[user]
+        if not carried:
+            return
+        rows = self._batch_rows(model, items)[positions]
         end = 0
         for user, now, old, count in carried:
             start, end = end, end + count
             new = rows[start:end]
             encoded[user] = (now, np.concatenate([old, new[new >= 0]]))
 
+    def _batch_rows(self, model: BiasedMF, items: list[str]) -> np.ndarray:
+        """The version's row of each of the batch's items, -1 where unknown; encoded once
+        a batch, for the exclusions and for the histories carried forward."""
+        if self._batch is not items:
+            self._batch, self._batch_encoded = items, model.encode_items(items)
+        return self._batch_encoded
+
     def _use(self, model: BiasedMF) -> None:
         if model is self._model:
             return
-        self._model, self._encoded = model, {}
+        self._model, self._encoded, self._batch = model, {}, None
         factors_t = model.item_factors.T
         self._items = np.empty((factors_t.shape[0] + 1, factors_t.shape[1]))
         self._items[:-1] = factors_t
 
-    def _excluded(self, model: BiasedMF, events: RankedEvents) -> tuple[np.ndarray, np.ndarray]:
-        """The version's rows each event leaves out, flattened: ``(owners, rows)``."""
+    def _excluded(
+        self, model: BiasedMF, events: RankedEvents, ranked: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The version's rows each event leaves out, flattened: ``(owners, rows)``. Only
+        the ``ranked`` events' (placed, with a known item) matter: the others are not
+        ranked whatever they leave out, so their users' histories are not encoded."""
+        empty = np.empty(0, dtype=np.int64)
         held = [
-            self._history_rows(model, user, before)
-            for user, before in zip(events.users, events.before, strict=True)
+            self._history_rows(model, user, before) if take else empty
+            for user, before, take in zip(events.users, events.before, ranked, strict=True)
         ]
-        rows = model.encode_items(events.items)[events.earlier]
+        wanted = ranked[events.earlier_owners]
+        rows = self._batch_rows(model, events.items)[events.earlier[wanted]]
         known = rows >= 0
         owners = np.repeat(np.arange(len(held)), [len(h) for h in held])
         return (
-            np.concatenate([owners, events.earlier_owners[known]]),
+            np.concatenate([owners, events.earlier_owners[wanted][known]]),
             np.concatenate([*held, rows[known]]),
         )
 
@@ -369,8 +395,9 @@ class PrequentialRanking:
         self._pending = np.concatenate([self._pending, pending])
         grown = self.history.add_by_user(batch.by_user())
         after = self.history.snapshot
-        self._serving.advance(snapshot, after, grown, batch.first)
-        self._static.advance(snapshot, after, grown, batch.first)
+        fresh_at = batch.first_positions(grown)
+        self._serving.advance(snapshot, after, fresh_at, batch.items)
+        self._static.advance(snapshot, after, fresh_at, batch.items)
         self.seconds += time.perf_counter() - began
 
     def _sampled(self, stored: Sequence[NewEvent], batch: BatchColumns) -> np.ndarray:
