@@ -80,9 +80,18 @@ class BatchColumns:
     starts: np.ndarray
 
     @classmethod
-    def of(cls, stored: Sequence[NewEvent]) -> BatchColumns:
-        users = [e.user_id for e in stored]
-        items = [e.item_id for e in stored]
+    def of(
+        cls,
+        stored: Sequence[NewEvent],
+        users: list[str] | None = None,
+        items: list[str] | None = None,
+    ) -> BatchColumns:
+        """The columns of ``stored``; ``users`` and ``items``, when the caller has
+        taken them already, are used as they are (every event's, in order)."""
+        users = [e.user_id for e in stored] if users is None else users
+        items = [e.item_id for e in stored] if items is None else items
+        if not len(users) == len(items) == len(stored):
+            raise ValueError(f"{len(users)} users and {len(items)} items for {len(stored)} events")
         rated = [e.rating for e in stored]
         if None in rated:
             labelled = np.array([at for at, r in enumerate(rated) if r is not None], np.int64)
@@ -123,8 +132,8 @@ class RankedEvents:
 
     Event ``j`` (of ``m``) leaves out the items its user had in the history as the
     batch found it (``before[j]``) and the items of the user's earlier events in the
-    batch, labelled or not, as ``/recommend`` counts them: ``items[earlier]`` where
-    ``earlier_owners == j``.
+    batch, labelled or not, as ``/recommend`` counts them: ``batch.items[earlier]``
+    where ``earlier_owners == j``.
 
     Attributes
     ----------
@@ -135,17 +144,17 @@ class RankedEvents:
     returning
         Whether the user had an earlier labelled event in the batch ``(m,)``, which
         the fold-in has learnt by then.
-    items
-        The batch's item ids.
+    batch
+        The batch the events are from.
     earlier, earlier_owners
-        Positions in ``items`` and the event each belongs to ``(e,)``.
+        Positions in the batch and the event each belongs to ``(e,)``.
     """
 
     users: list[str]
     targets: list[str]
     before: list[frozenset[str]]
     returning: np.ndarray
-    items: list[str]
+    batch: BatchColumns
     earlier: np.ndarray
     earlier_owners: np.ndarray
 
@@ -177,7 +186,7 @@ class RankedEvents:
             targets=[batch.items[at] for at in positions.tolist()],
             before=[snapshot.get(user, _EMPTY) for user in users],
             returning=returning,
-            items=batch.items,
+            batch=batch,
             earlier=earlier,
             earlier_owners=owners,
         )
@@ -201,8 +210,9 @@ class CatalogueRanker:
         #: [q_i; b_i] of every item (``k+1 x n_items``); the bias row is the caller's.
         self._items = np.zeros((0, 0))
         self._encoded: dict[str, tuple[frozenset[str], np.ndarray]] = {}
-        #: The batch whose items ``_batch_encoded`` holds the rows of (by identity).
-        self._batch: list[str] | None = None
+        #: The batch whose items ``_batch_encoded`` holds the rows of (by identity: a
+        #: ``BatchColumns`` is made per ``rank`` call).
+        self._batch: BatchColumns | None = None
         self._batch_encoded = np.empty(0, dtype=np.int64)
 
     def ranks(
@@ -247,11 +257,11 @@ class CatalogueRanker:
         before: Map[str, frozenset[str]],
         after: Map[str, frozenset[str]],
         fresh_at: dict[str, list[int]],
-        items: list[str],
+        batch: BatchColumns,
     ) -> None:
         """Carry the encoded histories of the batch's users from the history's
         ``before`` to its ``after`` snapshot: ``fresh_at`` holds, for each user whose
-        set only grew, where in the batch (``items``) the items new to it first occur.
+        set only grew, where in ``batch`` the items new to it first occur.
         Their rows are the batch's, encoded once a batch."""
         model, encoded = self._model, self._encoded
         if model is None:
@@ -269,18 +279,18 @@ class CatalogueRanker:
             positions += fresh_at[user]
         if not carried:
             return
-        rows = self._batch_rows(model, items)[positions]
+        rows = self._batch_rows(model, batch)[positions]
         end = 0
         for user, now, old, count in carried:
             start, end = end, end + count
             new = rows[start:end]
             encoded[user] = (now, np.concatenate([old, new[new >= 0]]))
 
-    def _batch_rows(self, model: BiasedMF, items: list[str]) -> np.ndarray:
+    def _batch_rows(self, model: BiasedMF, batch: BatchColumns) -> np.ndarray:
         """The version's row of each of the batch's items, -1 where unknown; encoded once
         a batch, for the exclusions and for the histories carried forward."""
-        if self._batch is not items:
-            self._batch, self._batch_encoded = items, model.encode_items(items)
+        if self._batch is not batch:
+            self._batch, self._batch_encoded = batch, model.encode_items(batch.items)
         return self._batch_encoded
 
     def _use(self, model: BiasedMF) -> None:
@@ -303,7 +313,7 @@ class CatalogueRanker:
             for user, before, take in zip(events.users, events.before, ranked, strict=True)
         ]
         wanted = ranked[events.earlier_owners]
-        rows = self._batch_rows(model, events.items)[events.earlier[wanted]]
+        rows = self._batch_rows(model, events.batch)[events.earlier[wanted]]
         known = rows >= 0
         owners = np.repeat(np.arange(len(held)), [len(h) for h in held])
         return (
@@ -359,6 +369,9 @@ class PrequentialRanking:
         view: ServingView,
         static: BiasedMF | None,
         vectors: np.ndarray | None = None,
+        *,
+        users: list[str] | None = None,
+        items: list[str] | None = None,
     ) -> None:
         """Rank the sampled events of ``stored`` (in order), then add it to the history.
 
@@ -376,9 +389,12 @@ class PrequentialRanking:
             (``n_labelled x k+2``, ``ServingModel.predict_then_learn_vectors``), so a
             user's earlier events in the batch count, as they do for the RMSE; None
             scores with the view's vectors.
+        users, items
+            Every event's user and item, in order, if the caller has them as lists
+            already (the learner does): taken as they are rather than read again.
         """
         began = time.perf_counter()
-        batch = BatchColumns.of(stored)
+        batch = BatchColumns.of(stored, users, items)
         chosen = self._sampled(stored, batch)
         snapshot = self.history.snapshot
         pending = np.full((len(batch.labelled), 2), _UNSAMPLED, dtype=np.int64)
@@ -396,8 +412,8 @@ class PrequentialRanking:
         grown = self.history.add_by_user(batch.by_user())
         after = self.history.snapshot
         fresh_at = batch.first_positions(grown)
-        self._serving.advance(snapshot, after, fresh_at, batch.items)
-        self._static.advance(snapshot, after, fresh_at, batch.items)
+        self._serving.advance(snapshot, after, fresh_at, batch)
+        self._static.advance(snapshot, after, fresh_at, batch)
         self.seconds += time.perf_counter() - began
 
     def _sampled(self, stored: Sequence[NewEvent], batch: BatchColumns) -> np.ndarray:
