@@ -10,13 +10,13 @@ Counted in distinct users: one user's events count once per item, so a
 client replaying one user's rating a thousand times moves an item no more than that
 user rating it once.
 
-The work is per batch, in NumPy, not per event in Python: ids become integer codes, a
-(user, item) pair one int64 key, the window a ring of keys. A batch's arriving and
-leaving keys are counted together (``np.unique``) against the window's sorted pair
-counts; the pairs that appear or vanish move their items' distinct-user counts; and the
-ranking is re-sorted once per batch on a single int64 key per item (count, then the
-item id's place in id order, which the codes keep). An earlier version kept a sorted
-list and moved each changed item by bisection, a few microseconds per event
+The work is per batch, not per event in Python: ids become integer codes and a (user,
+item) pair one int64 key. One compiled pass moves the window (a ring of keys) by the
+batch: a leaving pair's count drops in an open-addressing table, an arriving one's
+rises, and a pair that vanishes or appears moves its item's distinct users. The ranking
+is then one counting sort on distinct users over the items taken in id order (the codes
+keep that order as ids arrive), so ties still go by item id. An earlier version moved
+each changed item in a sorted list by bisection, a few microseconds per event
 (``docs/decisions/0004-serving-index-and-model-choices.md``).
 
 Concurrency, as for the serving view: one writer (the ingest path) adds and publishes
@@ -40,14 +40,25 @@ RANKED = 2_000
 _ITEM_BITS = 32
 _ITEM_MASK = (1 << _ITEM_BITS) - 1
 
+#: Slack, in ids, above twice a window before the codes are re-made.
+_SLACK = 64
+
 #: New ids sorted into the item order one by one up to this many, merged above it.
 _INSERTED = 64
 
 
 class _Codes:
-    """Ids as integer codes, given in order of first sight."""
+    """Ids as integer codes, given in order of first sight.
 
-    def __init__(self) -> None:
+    Parameters
+    ----------
+    repeated
+        Whether a batch holds few distinct ids, each many times (its users): they are
+        then looked up once each and the batch mapped through a dictionary of those.
+    """
+
+    def __init__(self, repeated: bool = False) -> None:
+        self.repeated = repeated
         self.index: dict[str, int] = {}
         self.names: list[str] = []
         #: ``names`` as an object array (capacity doubles), for gathering many at once.
@@ -55,12 +66,19 @@ class _Codes:
 
     def encode(self, ids: Sequence[str]) -> np.ndarray:
         """The code of each id ``(n,)`` int64, new ids given the next codes."""
-        codes = np.fromiter(map(self.index.get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
+        index = self.index
+        if self.repeated:
+            distinct = dict.fromkeys(ids)
+            new = [name for name in distinct if name not in index]
+            if new:
+                self._append(new)
+            local = {name: index[name] for name in distinct}
+            return np.fromiter(map(local.__getitem__, ids), dtype=np.int64, count=len(ids))
+        codes = np.fromiter(map(index.get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
         missing = np.flatnonzero(codes < 0)
         if missing.size:
-            new = list(dict.fromkeys(ids[j] for j in missing.tolist()))
-            self._append(new)
-            get = self.index.__getitem__
+            self._append(list(dict.fromkeys(ids[j] for j in missing.tolist())))
+            get = index.__getitem__
             codes[missing] = [get(ids[j]) for j in missing.tolist()]
         return codes
 
@@ -76,34 +94,20 @@ class _Codes:
 
 
 class _ItemCodes(_Codes):
-    """Item codes that also know each item's place in id order: ``rank`` (code → place)
-    and ``by_rank`` (place → code), so items sort by (count, id) on integers."""
+    """Item codes that also know the items' order by id: ``by_id`` lists the codes
+    sorted by their ids, so items sort by (count, id) with a counting sort."""
 
     def __init__(self) -> None:
         super().__init__()
         self.sorted: list[str] = []
-        self.rank = np.zeros(64, dtype=np.int64)
-        self.by_rank = np.zeros(64, dtype=np.int64)
+        self.by_id = np.empty(0, dtype=np.int64)
 
     def _append(self, new: list[str]) -> None:
-        start = len(self.names)
         super()._append(new)
         fresh = sorted(new)
-        # Where each new id goes among the old ones; an old id moves down by the number
-        # of new ids that sort before it.
-        places = np.array([bisect_left(self.sorted, name) for name in fresh], dtype=np.int64)
-        if len(self.rank) < len(self.names):
-            grown = np.zeros(2 * len(self.names), dtype=np.int64)
-            grown[:start] = self.rank[:start]
-            self.rank, self.by_rank = grown, np.zeros_like(grown)
-        before = np.zeros(start + 1, dtype=np.int64)  # new ids placed at or before each rank
-        np.add.at(before, places, 1)
-        old = self.rank[:start]
-        old += np.cumsum(before)[old]
-        codes = [self.index[name] for name in fresh]
-        self.rank[codes] = places + np.arange(len(fresh))
-        self.by_rank[self.rank[: len(self.names)]] = np.arange(len(self.names))
-        if len(fresh) > _INSERTED:
+        places = [bisect_left(self.sorted, name) for name in fresh]  # among the old ids
+        self.by_id = np.insert(self.by_id, places, [self.index[name] for name in fresh])
+        if len(fresh) > _INSERTED:  # many at once (a window loaded whole): one merge
             self.sorted = sorted(self.sorted + fresh)
         else:
             for name in fresh:
@@ -128,7 +132,7 @@ class _Window:
     """
 
     def __init__(self, window: int) -> None:
-        self.users = _Codes()
+        self.users = _Codes(repeated=True)
         self.items = _ItemCodes()
         self.ring = np.empty(window, dtype=np.int64)
         self.start = 0
@@ -155,7 +159,7 @@ class _Window:
     def top(self, ranked: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
         """The best ``ranked`` items and their distinct users, best first, ties by id."""
         items = self.items
-        best = _best(self.distinct, items.by_rank[: len(items.names)], ranked)
+        best = _best(self.distinct, items.by_id, ranked)
         names = items.objects[best].tolist()
         return tuple(names), tuple(self.distinct[best].tolist())
 
@@ -169,14 +173,14 @@ class _Window:
     def wasteful(self) -> bool:
         """Whether the codes hold more than twice a window of ids: ids that left the
         window keep their codes until the window is re-coded from its events."""
-        limit = 2 * len(self.ring) + _INSERTED
+        limit = 2 * len(self.ring) + _SLACK
         return len(self.users.names) > limit or len(self.items.names) > limit
 
 
 @njit(cache=True, nogil=True)
-def _best(distinct: np.ndarray, by_rank: np.ndarray, ranked: int) -> np.ndarray:  # pragma: no cover
+def _best(distinct: np.ndarray, by_id: np.ndarray, ranked: int) -> np.ndarray:  # pragma: no cover
     """The codes of the ``ranked`` items with the most distinct users, ties by id: a
-    counting sort on the count of the items taken in id order (``by_rank``)."""
+    counting sort on the count of the items taken in id order (``by_id``)."""
     most = 0
     for count in distinct:
         most = max(most, count)
@@ -187,7 +191,7 @@ def _best(distinct: np.ndarray, by_rank: np.ndarray, ranked: int) -> np.ndarray:
     for count in range(most - 1, -1, -1):
         ahead[count] += ahead[count + 1]
     best = np.empty(min(ranked, ahead[0]), dtype=np.int64)
-    for code in by_rank:
+    for code in by_id:
         count = distinct[code]
         if count > 0 and ahead[count] < best.size:
             best[ahead[count]] = code
