@@ -186,12 +186,16 @@ class Learner:
         view = self.serving.view  # the items as the batch found them, for ranking
         before = self.labelled_seen
         if not batch.users:
-            self.ranking.rank(stored, view, self.static)
+            self.ranking.rank(
+                stored, view, self.static, users=batch.all_users, items=batch.all_items
+            )
             nothing = np.empty(0)
             return Evaluation([], [], nothing, nothing, before, before, view.version, False)
         users, items, ratings = batch.users, batch.items, batch.ratings
         predicted, vectors = self.serving.predict_then_learn_vectors(users, items, ratings)
-        self.ranking.rank(stored, view, self.static, vectors)
+        self.ranking.rank(
+            stored, view, self.static, vectors, users=batch.all_users, items=batch.all_items
+        )
         static = self._static_predict(users, items, predicted)
         self.tracker.record("driftline", ratings, predicted)
         self.tracker.record("static", ratings, static)
