@@ -74,8 +74,10 @@ class _ChanceShadow:
         self._rank = pipeline.learner.ranking.rank
         pipeline.learner.ranking.rank = self.rank  # type: ignore[method-assign]
 
-    def rank(self, stored: Any, view: Any, static: Any, vectors: Any = None) -> None:
-        self._rank(stored, view, static, vectors)
+    def rank(
+        self, stored: Any, view: Any, static: Any, vectors: Any = None, **columns: Any
+    ) -> None:
+        self._rank(stored, view, static, vectors, **columns)
         if view.model is None:  # nothing to rank against yet: only remember the batch
             self.shadow.history.add([e.user_id for e in stored], [e.item_id for e in stored])
             return
