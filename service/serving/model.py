@@ -228,10 +228,11 @@ class ServingModel:
         """Prequential at event granularity: predict each event, then learn it.
 
         Event j is predicted with everything before it, including the earlier events of
-        the same batch, then folded in, for its user and its item alike: a batch of 500
-        learns exactly what 500 single events would, which matters because users rate
-        in bursts. The batch goes through one compiled pass
-        (``service.serving.sequential``). Returns the predictions (n,).
+        the same batch, then folded in: for users, a batch of 500 behaves exactly like
+        500 single events, which matters because users rate in bursts. Item biases are
+        sequential too, but their residuals use each user's vector from before the
+        batch. The batch goes through one compiled pass (``service.serving.sequential``).
+        Returns the predictions (n,).
         """
         return self.predict_then_learn_vectors(user_ids, item_ids, ratings)[0]
 
@@ -278,6 +279,7 @@ class ServingModel:
             self._factors_at(model_rows),
             np.ascontiguousarray(ratings),
             means,
+            users["vector"][rows],
             users["gram"],
             users["rhs"],
             users["prior"],

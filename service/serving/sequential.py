@@ -6,8 +6,12 @@ Each step is small (a (k+2)x(k+2) ridge solve and two rank-one updates), so in n
 the per-call overhead dwarfs the arithmetic: the batch-vectorised form (prefix sums per
 user, one batched solve) spent about 7 µs per event at 8 factors, most of it in
 temporaries and LAPACK calls on 10x10 systems. Compiled with numba the same steps cost
-a fraction of a microsecond, and the loop can be exactly sequential for items too: a
-batch of 500 learns what 500 batches of one would (``tests/service/test_fold_in_equivalence.py``).
+a fraction of a microsecond.
+
+A user's events are exactly sequential within a batch; an item's residuals are computed
+with each user's vector from before the batch (``start_vectors``), as the batch-vectorised
+form did, so what the detector sees and when it alerts are unchanged. The per-event
+reference in ``tests/service/test_fold_in_equivalence.py`` spells the same rule out.
 
 The kernels take the state arrays (one row per user or item, ``service.serving.rows``)
 and update them in place; the caller maps ids to rows, owns the arrays and publishes the
@@ -60,6 +64,7 @@ def fold_in_events(
     factors: np.ndarray,
     ratings: np.ndarray,
     means: np.ndarray,
+    start_vectors: np.ndarray,
     gram: np.ndarray,
     rhs: np.ndarray,
     prior: np.ndarray,
@@ -81,7 +86,8 @@ def fold_in_events(
     1. b_i = Σ w·residual / (λ_item + Σ w²) over the item's earlier events, forgetting;
     2. [p_u; b_u; s_u] = (G_u + R)⁻¹ (h_u + R · prior_u) from the user's earlier events;
     3. the prediction: clip(mean + [q; 1; b_i] · [p_u; b_u; s_u]) to [low, high];
-    4. the item learns its residual r − mean − q·p_u − b_u, weighed by s_u;
+    4. the item learns its residual r − mean − q·p − b, weighed by s, with [p; b; s]
+       the user's vector from before the batch (``start_vectors[j]``);
     5. the user learns: G_u ← f·G_u + x xᵀ, h_u ← f·h_u + x·(r − mean), x = [q; 1; b_i].
 
     ``vectors[j]`` is the vector of step 2, which prequential ranking scores with.
@@ -103,10 +109,11 @@ def fold_in_events(
         for d in range(dim):
             score += features[d] * vector[d]
         predictions[j] = min(max(score, low), high)
-        residual = target - vector[dim + _BIAS]
+        start = start_vectors[j]
+        residual = target - start[dim + _BIAS]
         for d in range(k):
-            residual -= features[d] * vector[d]
-        weight = vector[dim + _SCALE]
+            residual -= features[d] * start[d]
+        weight = start[dim + _SCALE]
         item_sum[i] = forgetting * item_sum[i] + weight * residual
         item_count[i] = forgetting * item_count[i] + weight * weight
         user_gram, user_rhs = gram[u], rhs[u]
