@@ -53,7 +53,6 @@ from service.stream.ranking import PrequentialRanking
 from service.stream.requests import RetrainRequests
 from service.stream.snapshot import SnapshotStore, SnapshotWriter, restore_from_snapshot
 from service.stream.trigger import RetrainTrigger
-from service.stream.warmup import warm_up_learning_path
 from service.stream.writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -271,10 +270,6 @@ def build_driftline(
     db = Database(settings.resolved_database_url)
     registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
     driftline = assemble(settings, db, registry, metrics or Metrics(), background_retrain, role)
-    # Before the first batch: the first request should not wait for the kernels to load.
-    log.info(
-        "learning path's compiled kernels ready in %.2f s", warm_up_learning_path(settings.factors)
-    )
     driftline.restore()
     return driftline
 
