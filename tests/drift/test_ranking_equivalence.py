@@ -13,7 +13,6 @@ import numpy as np
 import pytest
 
 from drift.ranking import (
-    NOT_RANKED,
     RankingSampler,
     RankingTracker,
     _mix,
@@ -26,20 +25,7 @@ from drift.ranking import (
     ranks_of_products,
     sample_point,
 )
-
-
-def _reference_rank(scores: np.ndarray, target: int, excluded: set[int]) -> int:
-    """The definition: 1 + the items not left out that score above the target, or
-    equal from a lower row."""
-    if target < 0 or target in excluded:
-        return NOT_RANKED
-    chosen = scores[target]
-    ahead = sum(
-        1
-        for i, score in enumerate(scores.tolist())
-        if i not in excluded and (score > chosen or (score == chosen and i < target))
-    )
-    return 1 + ahead
+from tests.support.ranking_reference import reference_rank
 
 
 def _case(
@@ -64,7 +50,7 @@ def test_ranks_excluding_matches_counting_each_event(seed: int) -> None:
     m, n = int(rng.integers(1, 30)), int(rng.integers(1, 300))
     scores, targets, owners, rows = _case(seed, m, n, ties=seed % 2 == 0)
     expected = [
-        _reference_rank(scores[j], int(targets[j]), set(rows[owners == j].tolist()))
+        reference_rank(scores[j], int(targets[j]), set(rows[owners == j].tolist()))
         for j in range(m)
     ]
     assert ranks_excluding(scores, targets, owners, rows).tolist() == expected
@@ -112,7 +98,7 @@ def test_ranks_of_products_match_ranking_the_einsum_scores(seed: int) -> None:
     scores = np.einsum("md,dn->mn", users, items)
     scores += shift[:, None]
     expected = [
-        _reference_rank(scores[j], int(targets[j]), set(rows[owners == j].tolist()))
+        reference_rank(scores[j], int(targets[j]), set(rows[owners == j].tolist()))
         for j in range(m)
     ]
     assert ranks_of_products(users, items, shift, targets, owners, rows).tolist() == expected

@@ -24,6 +24,7 @@ from service.serving.history import RatedItems
 from service.serving.view import ServingView
 from service.store.events import NewEvent
 from service.stream.ranking import PrequentialRanking
+from tests.support.ranking_reference import reference_rank
 
 _EMPTY: frozenset[str] = frozenset()
 
@@ -76,13 +77,7 @@ def _reference_rank(
     scaled = np.delete(vector, -2)[None, :]
     scores = np.einsum("md,dn->mn", scaled, items)[0] + (global_mean + vector[-2])
     rows_out = {model.item_index[i] for i in excluded if i in model.item_index}
-    chosen = scores[target]
-    ahead = sum(
-        1
-        for row, score in enumerate(scores.tolist())
-        if row not in rows_out and (score > chosen or (score == chosen and row < target))
-    )
-    return 1 + ahead
+    return reference_rank(scores, target, rows_out)
 
 
 def _reference_batch(
