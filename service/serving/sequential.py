@@ -3,14 +3,12 @@
 Fold-in is sequential by nature: event j is predicted from every earlier event of its
 user and of its item, the earlier events of the same batch included, and then learnt.
 Each step is small (a (k+2)x(k+2) ridge solve and two rank-one updates), so in numpy
-the per-call overhead dwarfs the arithmetic: the batch-vectorised form (prefix sums per
-user, one batched solve) spent about 7 µs per event at 8 factors, most of it in
-temporaries and LAPACK calls on 10x10 systems. Compiled with numba the same steps cost
-a fraction of a microsecond.
+the per-call overhead would dwarf the arithmetic; compiled, the loop does only the
+arithmetic (measured variants: ``docs/decisions/0007``).
 
 A user's events are exactly sequential within a batch; an item's residuals are computed
-with each user's vector from before the batch (``start_vectors``), as the batch-vectorised
-form did, so what the detector sees and when it alerts are unchanged. The per-event
+with each user's vector from before the batch (``start_vectors``), the rule the fold-in
+has always had (why it stays: ``docs/decisions/0007``). The per-event
 reference in ``tests/service/test_fold_in_equivalence.py`` spells the same rule out.
 
 The kernels take the state arrays (one row per user or item, ``service.serving.rows``)
