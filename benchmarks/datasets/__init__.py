@@ -1,7 +1,8 @@
 """Rating streams from files: MovieLens CSV or tab-separated ``user item rating timestamp``.
 
 Replays need events in timestamp order; ties keep file order (a stable sort), so a
-replay is the same stream every time.
+replay is the same stream every time. No data set ships with Driftline: where one is
+found, or fetched, is :mod:`benchmarks.datasets.registry`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-
-DATASETS = Path(__file__).resolve().parent
-MOVIELENS_SMALL = DATASETS / "ml-latest-small" / "ratings.csv.gz"
-MOVIELENS_SMALL_MOVIES = DATASETS / "ml-latest-small" / "movies.csv.gz"
 
 
 @dataclass(frozen=True)
@@ -105,7 +102,7 @@ def load_ratings(path: Path | str, limit: int | None = None) -> RatingStream:
     return stream.head(limit)
 
 
-def load_titles(path: Path | str = MOVIELENS_SMALL_MOVIES) -> dict[str, str]:
+def load_titles(path: Path | str) -> dict[str, str]:
     """movieId → title, for showing recommendations to people."""
     with _open_text(Path(path)) as handle:
         return {row["movieId"]: row["title"] for row in csv.DictReader(handle)}

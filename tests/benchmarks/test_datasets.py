@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings, load_titles
+from benchmarks.datasets import load_ratings, load_titles
+from benchmarks.datasets.registry import resolve
+from tests.support.datasets import movielens_file
 
 
 def test_movielens_csv_is_read_in_timestamp_order(tmp_path: Path) -> None:
@@ -51,8 +53,10 @@ def test_events_have_stable_ids_so_replays_are_idempotent(tmp_path: Path) -> Non
     assert [e["event_id"] for e in stream.events(1)] == ["ev-1"]
 
 
-def test_the_shipped_movielens_copy_is_complete() -> None:
-    stream = load_ratings(MOVIELENS_SMALL)
+def test_the_movielens_copy_a_run_finds_is_complete() -> None:
+    path = movielens_file()
+    stream = load_ratings(path)
     assert len(stream) == 100_836
     assert (stream.timestamps[1:] >= stream.timestamps[:-1]).all()
-    assert load_titles()["1"] == "Toy Story (1995)"
+    titles = resolve().titles
+    assert titles is not None and load_titles(titles)["1"] == "Toy Story (1995)"
