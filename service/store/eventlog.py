@@ -1,0 +1,163 @@
+"""The event log as one sequence: its archived partitions, then the ``events`` table.
+
+Event retention (``service.store.retention``) moves the log's oldest events to the object
+store. Whatever reads further back than the table reaches reads through ``EventLog``,
+which gives the same events, in the same order and the same batches, as the table gave
+before they were archived: a retraining window and its history sample
+(``service.retraining``), a version's fold-in replay (``service.serving.builder``), and
+a replica applying the log behind the archive's boundary (``service.wiring``).
+
+Events at or before the boundary come from the archive, the rest from the table. The
+reader never locks anything against the archiver: it reads the boundary, reads the
+table after it, and reads the boundary again. Events are deleted only once the partition
+holding them is recorded, which moves the boundary past them; so an unchanged boundary
+means no event the table read covered was deleted under it, and a moved one (a partition
+recorded meanwhile, rare) means reading again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import numpy as np
+from sqlalchemy import Connection
+
+from functions.objectstore import ObjectStore
+from service.store import archives
+from service.store.events import (
+    LabelledEvents,
+    LogBatch,
+    batches_of,
+    labelled_events,
+    log_rows,
+    lowest_ranks,
+    sample_labelled,
+    sample_stride,
+    uniform_labelled,
+)
+from service.store.partitions import PartitionReader
+
+#: Events of a page of ``log_after``, as ``service.store.events`` pages them.
+PAGE_EVENTS = 5_000
+
+T = TypeVar("T")
+
+
+class EventLog:
+    """Reads of the event log across the archive and the table; each takes the
+    caller's connection to the database, and the archive comes from ``store``."""
+
+    def __init__(self, store: ObjectStore, cached_partitions: int = 2) -> None:
+        self.reader = PartitionReader(store, cached_partitions)
+
+    def labelled(
+        self, conn: Connection, after_id: int = 0, up_to_id: int | None = None
+    ) -> LabelledEvents:
+        """Labelled events with ``after_id < id <= up_to_id``, in log order
+        (``events.labelled_events`` over the whole log)."""
+
+        def read(boundary: int) -> LabelledEvents:
+            table = labelled_events(conn, max(after_id, boundary), up_to_id)
+            if after_id >= boundary:
+                return table
+            parts = [
+                self.reader.read(p).between(after_id, _lower(up_to_id, boundary)).labelled()
+                for p in archives.partitions(conn, after_id, _lower(up_to_id, boundary))
+            ]
+            return LabelledEvents.concat_all([*parts, table])
+
+        return _stable(conn, read)
+
+    def log_after(
+        self,
+        conn: Connection,
+        after_id: int,
+        up_to_id: int | None = None,
+        limit: int = PAGE_EVENTS,
+    ) -> list[LogBatch]:
+        """``events.log_after`` over the whole log: about ``limit`` events after
+        ``after_id``, none past ``up_to_id``, in the batches that stored them."""
+
+        def read(boundary: int) -> list[LogBatch]:
+            if after_id >= boundary:
+                return batches_of(log_rows(conn, after_id, up_to_id, limit), limit)
+            rows: list[Sequence] = []
+            end = _lower(up_to_id, boundary)
+            for partition in archives.partitions(conn, after_id, end):
+                found = self.reader.read(partition).between(after_id, end)
+                rows += found.log_rows(limit - len(rows))
+                if len(rows) == limit:
+                    return batches_of(rows, limit)
+            if up_to_id is None or up_to_id > boundary:
+                rows += log_rows(conn, boundary, up_to_id, limit - len(rows))
+            return batches_of(rows, limit)
+
+        return _stable(conn, read)
+
+    def stride_sample(self, conn: Connection, up_to_id: int, size: int) -> LabelledEvents:
+        """``events.sample_labelled`` over the whole log: labelled events with
+        ``id <= up_to_id`` whose id the sample's stride divides."""
+        if size <= 0 or up_to_id <= 0:
+            return LabelledEvents.from_rows([])
+        stride = sample_stride(up_to_id, size)
+
+        def read(boundary: int) -> LabelledEvents:
+            table = sample_labelled(conn, up_to_id, size, after_id=boundary)
+            end = min(up_to_id, boundary)
+            parts = [
+                self.reader.read(p).between(0, end).labelled(every=stride)
+                for p in archives.partitions(conn, 0, end)
+            ]
+            return LabelledEvents.concat_all([*parts, table])
+
+        return _stable(conn, read)
+
+    def uniform_sample(
+        self, conn: Connection, up_to_id: int, size: int, seed: int
+    ) -> LabelledEvents:
+        """``events.uniform_labelled`` over the whole log: the same ``size`` events,
+        drawn from the archive's lowest ranks and the table's."""
+        if size <= 0 or up_to_id <= 0:
+            return LabelledEvents.from_rows([])
+
+        def read(boundary: int) -> LabelledEvents:
+            table = uniform_labelled(conn, up_to_id, size, seed, after_id=boundary)
+            end = min(up_to_id, boundary)
+            drawn = LabelledEvents.from_rows([])
+            for partition in archives.partitions(conn, 0, end):
+                found = self.reader.read(partition).between(0, end).labelled()
+                drawn = _lowest(LabelledEvents.concat_all([drawn, found]), size, seed)
+            return _lowest(LabelledEvents.concat_all([drawn, table]), size, seed)
+
+        return _stable(conn, read)
+
+
+def _stable(conn: Connection, read: Callable[[int], T]) -> T:
+    """``read(boundary)`` again until the boundary stays put across it."""
+    while True:
+        boundary = archives.boundary(conn)
+        found = read(boundary)
+        if archives.boundary(conn) == boundary:
+            return found
+
+
+def _lower(up_to_id: int | None, boundary: int) -> int:
+    return boundary if up_to_id is None else min(up_to_id, boundary)
+
+
+def _lowest(events: LabelledEvents, size: int, seed: int) -> LabelledEvents:
+    """The events of ``size`` lowest ranks among ``events``, in id order."""
+    kept = np.sort(lowest_ranks(events.ids, size, seed))
+    return _take(events, np.searchsorted(events.ids, kept) if len(events) else kept)
+
+
+def _take(events: LabelledEvents, rows: np.ndarray) -> LabelledEvents:
+    if len(rows) == len(events):
+        return events
+    return LabelledEvents(
+        ids=events.ids[rows],
+        user_ids=[events.user_ids[r] for r in rows],
+        item_ids=[events.item_ids[r] for r in rows],
+        ratings=events.ratings[rows],
+    )
