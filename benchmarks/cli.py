@@ -15,12 +15,16 @@ from typing import Annotated
 
 import typer
 
+from benchmarks.datasets.cli import datasets
+from benchmarks.streams.cli import generate
 from service.cli import app
 
 __all__ = ["app", "tooling"]
 
 #: The tooling commands; ``driftline`` finds them here by name.
 tooling = typer.Typer(help="Driftline's tooling: demo, benchmarks, replays, broker, packaging.")
+tooling.command()(generate)
+tooling.add_typer(datasets, name="datasets")
 
 
 @tooling.command()
@@ -74,11 +78,27 @@ def demo(
             "are running (about 40 s for MovieLens at 2,500).",
         ),
     ] = 2_500.0,
+    dataset: Annotated[
+        Path | None,
+        typer.Option(help="Ratings file or folder (default: MovieLens if found, else generated)."),
+    ] = None,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the figures as one JSON object last.")
+    ] = False,
 ) -> None:
-    """Replay MovieLens through a live service and summarise what happened."""
+    """Replay MovieLens (or a stream generated like it) through a live service."""
     from benchmarks.demo import run_demo
 
-    run_demo(limit=limit, batch_size=batch_size, user=user, kafka=kafka, drift=drift, rate=rate)
+    run_demo(
+        limit=limit,
+        batch_size=batch_size,
+        user=user,
+        kafka=kafka,
+        drift=drift,
+        rate=rate,
+        dataset=dataset,
+        as_json=as_json,
+    )
 
 
 @tooling.command()
@@ -88,7 +108,7 @@ def bench(
         typer.Argument(
             help=(
                 "Benchmark: prequential, stages, drift, ingest, sync, memory, serve, cluster, "
-                "configurator or policies."
+                "configurator, policies, generator, gpu or soak."
             )
         ),
     ],
@@ -131,11 +151,47 @@ def bench(
             help="policies: compute per sample as a multiple of the calibrated worker's (32)."
         ),
     ] = None,
+    stream: Annotated[
+        str | None,
+        typer.Option(
+            help=(
+                "policies: movielens (spread over each trace, default) or generated "
+                "(each trace's true arrivals, one event each; --limit caps them)."
+            )
+        ),
+    ] = None,
     epochs: Annotated[
         int | None, typer.Option(help="configurator: epochs per job (default 50).")
     ] = None,
     plot: Annotated[
-        Path | None, typer.Option(help="configurator: write the regret plot (PNG) here.")
+        Path | None,
+        typer.Option(
+            help="configurator: write the regret plot (PNG) here; soak: the folder for its plots."
+        ),
+    ] = None,
+    events: Annotated[
+        int | None, typer.Option(min=1_000, help="soak: events of the stream (default 10^7).")
+    ] = None,
+    replicas: Annotated[
+        int | None, typer.Option(min=1, help="soak: driftline serve replicas (default 2).")
+    ] = None,
+    rate: Annotated[
+        float | None,
+        typer.Option(help="soak: most events per second produced (default: as fast as stored)."),
+    ] = None,
+    quick: Annotated[
+        bool,
+        typer.Option(
+            "--quick",
+            help="configurator: a first look in minutes (1 seed, 15 epochs, four methods, "
+            "progress measured on a small window), with a progress bar.",
+        ),
+    ] = False,
+    windows: Annotated[
+        list[int] | None,
+        typer.Option(
+            help="gpu: window sizes in ratings (default 200,000 and 2,000,000); repeatable."
+        ),
     ] = None,
 ) -> None:
     """Run a benchmark and print its measured figures."""
@@ -157,6 +213,12 @@ def bench(
         "minutes": minutes,
         "report": report,
         "compute_scale": compute_scale,
+        "stream": stream,
+        "events": events,
+        "replicas": replicas,
+        "rate": rate,
+        "quick": quick or None,
+        "windows": windows,
     }
     given = {key: value for key, value in options.items() if value is not None}
     accepted = inspect.signature(run).parameters

@@ -1,4 +1,4 @@
-"""``driftline demo``: MovieLens through a live service, then a summary.
+"""``driftline demo``: MovieLens (or a stream generated like it) through a live service.
 
 The server runs as a real ``driftline serve`` process on loopback with a temporary data
 directory; the ratings go through ``POST /ingest`` in timestamp order (or, with
@@ -8,6 +8,11 @@ river's ``BiasedMF`` learns the same stream in this process for comparison.
 By default 30 % of the users invert their taste at 60 % of the stream (``--no-drift``
 replays MovieLens as it is), so the loop the service is named for shows: the drift
 alert, where it lies, the job it starts and what it costs, and the accuracy after it.
+
+MovieLens does not ship with Driftline. Where ``--dataset``, ``DRIFTLINE_DATASETS`` and
+the cache hold no copy (``benchmarks.datasets.registry``), the demo says so and replays
+a stream generated from the parameters fitted to MovieLens (``benchmarks.streams``) of
+the same length, its drift planted by the generator: the same loop either way.
 """
 
 from __future__ import annotations
@@ -37,10 +42,12 @@ from rich.table import Table
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.broker import EmbeddedBroker
-from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings, load_titles
+from benchmarks.datasets import RatingStream, load_ratings, load_titles
+from benchmarks.datasets.registry import resolve
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.replay import pace
 from benchmarks.scenarios import plant
+from benchmarks.streams import GeneratorConfig, generate_stream, load_fit
 from benchmarks.traces import make_trace
 from drift.ranking import RankingSampler
 from service.settings import Settings
@@ -183,6 +190,63 @@ def wait_for_jobs(client: httpx.Client, timeout: float = 120.0) -> None:
         time.sleep(0.5)
 
 
+def post_onset(
+    client: httpx.Client,
+    onset: int,
+    stream: RatingStream,
+    river_predictions: np.ndarray,
+    river: RiverTrack,
+) -> dict[str, dict[str, float | None]]:
+    """RMSE and hit-rate@10 after the onset, for Driftline, the never-retrained model
+    and river (``--json``'s ``post_onset``)."""
+    beats = client.get("/drift/heartbeats", params={"since_events": onset}).json()["heartbeats"]
+    errors = (stream.ratings[onset:] - river_predictions[onset:]) ** 2
+    return {
+        "rmse": {
+            "driftline": _pooled_value(beats, "rmse"),
+            "never_retrained": _pooled_value(beats, "static_rmse"),
+            "river": float(np.sqrt(errors.mean())) if errors.size else None,
+        },
+        "hit_rate": {
+            "driftline": _pooled_rate_value(beats, "hit_rate"),
+            "never_retrained": _pooled_rate_value(beats, "static_hit_rate"),
+            "river": river.hit_rate_since(onset),
+        },
+    }
+
+
+def rollout_figures(client: httpx.Client) -> dict[str, object]:
+    """What the rollout guard did: versions promoted, held and rolled back, each with
+    its trigger and decision (``GET /models``, ``GET /jobs``)."""
+    versions = client.get("/models").json()["versions"]
+    jobs = {j["id"]: j for j in client.get("/jobs", params={"limit": 500}).json()["jobs"]}
+    rows = []
+    for v in sorted(versions, key=lambda row: row["created_at"]):
+        guard = v.get("guard") or {}
+        job = jobs.get(v["job_id"]) or {}
+        watch = guard.get("watch") or {}
+        rows.append(
+            {
+                "version": v["version"],
+                "trigger": job.get("trigger"),
+                "state": guard.get("state", "served at publication"),
+                "shadow_events": guard.get("events_compared"),
+                "decision": guard.get("decision"),
+                "reason": guard.get("reason"),
+                "watch_events": watch.get("events_compared"),
+                "watch_rmse_diff": (watch.get("rmse_diff") or {}).get("estimate"),
+                "watch_hit_rate_diff": (watch.get("hit_rate_diff") or {}).get("estimate"),
+            }
+        )
+    states = [row["state"] for row in rows]
+    return {
+        "held": states.count("held"),
+        "rolled_back": states.count("rolled_back"),
+        "promoted": sum(row["state"] in ("watch", "kept", "rolled_back") for row in rows),
+        "versions": rows,
+    }
+
+
 def drift_table(
     client: httpx.Client,
     onset: int,
@@ -195,7 +259,10 @@ def drift_table(
     table = Table(title=f"Planted drift: 30 % of users invert their taste at event {onset:,}")
     table.add_column("measure")
     table.add_column("value", justify="right")
-    alerts = sorted(client.get("/drift/alerts").json()["alerts"], key=lambda a: a["events_seen"])
+    listed = client.get("/drift/alerts").json()["alerts"]
+    alerts = sorted(
+        (a for a in listed if a.get("kind", "drift") == "drift"), key=lambda a: a["events_seen"]
+    )
     if not alerts:
         table.add_row("drift alerts", "none")
     for alert in alerts:
@@ -292,30 +359,44 @@ def _segment_lines(client: httpx.Client, alert_id: int) -> list[str]:
 
 
 def _pooled(beats: list[dict], key: str) -> str:
+    value = _pooled_value(beats, key)
+    return "n/a" if value is None else f"{value:.4f}"
+
+
+def _pooled_value(beats: list[dict], key: str) -> float | None:
     rows = [b for b in beats if b.get(key) is not None]
     if not rows:
-        return "n/a"
+        return None
     events = np.array([b["events"] for b in rows], dtype=np.float64)
     values = np.array([b[key] for b in rows], dtype=np.float64)
-    return f"{np.sqrt((values**2 * events).sum() / events.sum()):.4f}"
+    return float(np.sqrt((values**2 * events).sum() / events.sum()))
 
 
 def _pooled_rate(beats: list[dict], key: str) -> str:
+    value = _pooled_rate_value(beats, key)
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def _pooled_rate_value(beats: list[dict], key: str) -> float | None:
     rows = [b for b in beats if b.get(key) is not None and b.get("ranked_events")]
     if not rows:
-        return "n/a"
+        return None
     weights = np.array([b["ranked_events"] for b in rows], dtype=np.float64)
     rates = np.array([b[key] for b in rows], dtype=np.float64)
-    return f"{(rates * weights).sum() / weights.sum():.3f}"
+    return float((rates * weights).sum() / weights.sum())
 
 
 def summary_table(
-    client: httpx.Client, events: int, river: RiverTrack, replayed: Replayed | None = None
+    client: httpx.Client,
+    events: int,
+    river: RiverTrack,
+    replayed: Replayed | None = None,
+    name: str = "MovieLens",
 ) -> Table:
     health = client.get("/healthz").json()
     prequential = health["prequential"]
     jobs = client.get("/jobs").json()["jobs"]
-    table = Table(title="Driftline on MovieLens (prequential: predict, then learn)")
+    table = Table(title=f"Driftline on {name} (prequential: predict, then learn)")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("events replayed", f"{events:,}")
@@ -328,7 +409,14 @@ def summary_table(
         rmse = prequential.get(track, {}).get("rmse")
         table.add_row(f"RMSE {label}", "n/a" if rmse is None else f"{rmse:.4f}")
     table.add_row("RMSE river BiasedMF (every event)", f"{river.rmse:.4f}")
-    table.add_row("drift alerts", str(len(client.get("/drift/alerts").json()["alerts"])))
+    alerts = client.get("/drift/alerts").json()["alerts"]
+    kinds = [a.get("kind", "drift") for a in alerts]
+    table.add_row("drift alerts", str(kinds.count("drift")))
+    rollout = rollout_figures(client)
+    table.add_row(
+        "versions promoted, held, rolled back (guard)",
+        f"{rollout['promoted']}, {rollout['held']}, {rollout['rolled_back']}",
+    )
     succeeded = [j for j in jobs if j["status"] == "succeeded"]
     table.add_row("retraining jobs (succeeded)", f"{len(jobs)} ({len(succeeded)})")
     table.add_row("model versions", str(len(client.get("/models").json()["versions"])))
@@ -336,8 +424,7 @@ def summary_table(
     return table
 
 
-def top10_table(client: httpx.Client, user: str) -> Table:
-    titles = load_titles()
+def top10_table(client: httpx.Client, user: str, titles: dict[str, str]) -> Table:
     answer = client.get("/recommend", params={"user_id": user, "k": 10}).json()
     table = Table(title=f"Top 10 for user {user} ({answer['source']}, {answer['model_version']})")
     table.add_column("#", justify="right")
@@ -373,15 +460,33 @@ def run_demo(
     kafka: bool = False,
     drift: bool = True,
     rate: float = DEFAULT_RATE,
+    dataset: Path | None = None,
+    as_json: bool = False,
 ) -> None:
+    """Replay the stream through a live service and print what happened; ``as_json``
+    prints the figures as one JSON object last (``post_onset``, ``rollout``, ...)."""
     if not (math.isfinite(rate) and rate > 0):
         raise ValueError(f"rate must be a positive number of events per second, got {rate!r}")
     console = Console()
-    stream = load_ratings(MOVIELENS_SMALL, limit=limit)
-    onset = None
-    if drift:
-        planted = plant("sudden", stream, at=0.6)
-        stream, onset = planted.stream, planted.onset
+    found = resolve(dataset)
+    console.print(found.describe())
+    onset: int | None = None
+    titles: dict[str, str] = {}
+    if found.ratings is None:
+        name = "a stream generated like MovieLens"
+        config = GeneratorConfig(
+            events=limit or load_fit().events, drift="sudden" if drift else None, drift_at=0.6
+        )
+        stream = generate_stream(config)
+        planned = config.make_drift()
+        onset = None if planned is None else planned.onset
+    else:
+        name = found.spec.title if found.origin != "--dataset" else found.ratings.name
+        stream = load_ratings(found.ratings, limit=limit)
+        titles = load_titles(found.titles) if found.titles is not None else {}
+        if drift:
+            planted = plant("sudden", stream, at=0.6)
+            stream, onset = planted.stream, planted.onset
     # river ranks the events the service ranks: the same fixed sample of liked events.
     # It learns the stream here, before the replay, so the replay's pace is the topic's.
     settings = Settings()
@@ -415,8 +520,44 @@ def run_demo(
         for line in replayed.lines(through):
             console.print(line)
         wait_for_jobs(client)
-        console.print(summary_table(client, len(stream), river, replayed))
+        console.print(summary_table(client, len(stream), river, replayed, name))
         if onset is not None:
             console.print(drift_table(client, onset, stream, river_predictions, river))
         chosen = user or Counter(stream.user_ids).most_common(1)[0][0]
-        console.print(top10_table(client, chosen))
+        console.print(top10_table(client, chosen, titles))
+        if as_json:
+            figures = demo_figures(client, len(stream), river, replayed, name)
+            if onset is not None:
+                figures["onset"] = onset
+                figures["post_onset"] = post_onset(client, onset, stream, river_predictions, river)
+            print(json.dumps(figures, sort_keys=True))
+
+
+def demo_figures(
+    client: httpx.Client, events: int, river: RiverTrack, replayed: Replayed, name: str
+) -> dict[str, object]:
+    """The summary table's figures, JSON-ready."""
+    health = client.get("/healthz").json()
+    prequential = health["prequential"]
+    jobs = client.get("/jobs", params={"limit": 500}).json()["jobs"]
+    alerts = client.get("/drift/alerts").json()["alerts"]
+    return {
+        "stream": name,
+        "events": events,
+        "rate": {"asked": replayed.rate, "achieved": replayed.achieved},
+        "rmse": {
+            "driftline": prequential.get("driftline", {}).get("rmse"),
+            "never_retrained": prequential.get("static", {}).get("rmse"),
+            "river": river.rmse,
+        },
+        "hit_rate": {
+            "driftline": prequential.get("driftline", {}).get("hit_rate"),
+            "never_retrained": prequential.get("static", {}).get("hit_rate"),
+            "river": river.hit_rate,
+        },
+        "drift_alerts": sum(a.get("kind", "drift") == "drift" for a in alerts),
+        "jobs": len(jobs),
+        "jobs_succeeded": sum(j["status"] == "succeeded" for j in jobs),
+        "serving": health["model_version"],
+        "rollout": rollout_figures(client),
+    }

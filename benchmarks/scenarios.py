@@ -2,8 +2,9 @@
 the demo.
 
 Each scenario rewrites a stream from its onset on, so the events before the onset are
-exactly the control's and a detector's alerts there are false alarms. Ratings stay on
-the stream's half-star scale within its range.
+exactly the control's and a detector's alerts there are false alarms. Ratings stay
+within the stream's own range, and an inversion maps its scale onto itself: 0.5-5 on
+ml-latest-small and the synthetic stream, 1-5 on MovieLens 1M.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from benchmarks.datasets import RatingStream
 
 __all__ = ["SCENARIOS", "PlantedDrift", "plant", "synthetic_stream"]
 
+#: The range of a stream without ratings to read it from.
 RATING_RANGE = (0.5, 5.0)
 
 
@@ -39,9 +41,18 @@ class PlantedDrift:
     drifted: np.ndarray
 
 
+def _range(ratings: np.ndarray) -> tuple[float, float]:
+    """The lowest and highest rating of a stream, its scale's ends."""
+    if not ratings.size:
+        return RATING_RANGE
+    return float(ratings.min()), float(ratings.max())
+
+
 def _invert(ratings: np.ndarray) -> np.ndarray:
-    """Taste inversion: r becomes (low + high) - r, 5 stars become half a star."""
-    low, high = RATING_RANGE
+    """Taste inversion: r becomes (low + high) - r on the stream's scale, so the top
+    rating becomes the lowest (5 stars become half a star on ml-latest-small, 1 star
+    on MovieLens 1M)."""
+    low, high = _range(ratings)
     return low + high - ratings
 
 
@@ -79,7 +90,7 @@ def item_shift(stream: RatingStream, onset: int, seed: int) -> PlantedDrift:
     drifted = np.array([item in items for item in stream.item_ids]) & (
         np.arange(len(stream)) >= onset
     )
-    low, high = RATING_RANGE
+    low, high = _range(stream.ratings)
     ratings = np.where(drifted, np.clip(stream.ratings - 1.5, low, high), stream.ratings)
     return PlantedDrift(_with_ratings(stream, ratings), onset, drifted)
 

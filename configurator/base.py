@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from configurator.space import EpochConfig
+from configurator.space import KINDS, LAMBDA, EpochConfig
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,7 @@ class WorkerRun:
     cold_start: bool = False
     batch_size: int | None = None
     ok: bool = True
+    kind: str = LAMBDA
 
 
 @dataclass(frozen=True)
@@ -66,6 +67,9 @@ class JobContext:
     max_workers
         The most workers the runtime runs at once (local worker processes: a few;
         Lambda: 1,000): larger λ are not candidates.
+    kinds
+        The worker kinds the deployment offers (``KINDS``): the search space's are
+        narrowed to them. None: the space's own.
     """
 
     train_samples: int
@@ -77,8 +81,11 @@ class JobContext:
     timeout_s: float = 900.0
     job_id: str = ""
     max_workers: int = 1000
+    kinds: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
+        if self.kinds is not None and (not self.kinds or set(self.kinds) - set(KINDS)):
+            raise ValueError(f"kinds must be some of {list(KINDS)}, got {self.kinds}")
         if self.train_samples < 1 or self.factors < 1 or self.max_epochs < 1:
             raise ValueError("train_samples, factors and max_epochs must be at least 1")
         if self.max_workers < 1:

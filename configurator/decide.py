@@ -5,7 +5,8 @@ feasible candidate with the best posterior-mean cost per progress; the pick is t
 largest log constrained expected improvement over it among feasible candidates not more
 than ``explore_slack`` dearer at the 90th percentile of their posterior (safe, cost-aware
 exploration), and no exploration unless it is worth ``min_improvement``. The first epoch
-runs the prior's best feasible candidate. Changing memory or λ costs cold containers, so
+runs the prior's best feasible candidate. Changing the worker kind, memory or λ costs
+cold containers (a GPU's start-up, which the objective spreads over the epochs left), so
 a switch must also promise ``switch_gain``. When nothing is likely on time this epoch,
 :meth:`Decider._fallback` picks.
 """

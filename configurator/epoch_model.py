@@ -14,22 +14,28 @@ CE-scaling §III-B's time and cost model, adapted to selective sync:
 * its cost is Lambda's bill of all λ workers (stragglers finish and are billed too):
   ``λ · (E[duration] · memory/1024 · price per GB-s + price per request)``;
 * its loss progress is the :class:`~configurator.progress.ProgressCurve`'s.
+
+Rows of another worker kind (GPU containers, the service's own process) take their
+worker's seconds, start-up, slowdowns and bill from the kind's
+:class:`~configurator.kinds.KindModel` instead; the order statistic, the coordinator and
+progress are the same.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TypeAlias
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeAlias
 
 import numpy as np
 from scipy.special import betainc, ndtri
 
 from configurator import slowdowns as slowdown
 from configurator.base import JobContext
+from configurator.kinds import KindModel, kind_models
 from configurator.progress import ProgressCurve
 from configurator.slowdowns import PRIOR_WEIGHT_RECORDS, Z90
-from configurator.space import Candidates, EpochConfig
+from configurator.space import GPU_KINDS, IN_PROCESS, KINDS, LAMBDA, Candidates, EpochConfig
 from functions.performance import DEFAULT_MODEL, PerformanceModel
 from functions.pricing import LambdaPrices, lambda_prices
 
@@ -47,6 +53,30 @@ PRIOR_STRAGGLER_SLOWDOWN = (2.0, 4.0)
 
 #: What an epoch runs after: nothing (a job's first), one config, or one per candidate.
 Predecessor: TypeAlias = EpochConfig | Candidates | None
+
+
+class _Part(Protocol):
+    """What predicting the rows of one worker kind needs: Lambda's is the
+    :class:`EpochModel` itself, another kind's a :class:`~configurator.kinds.KindModel`."""
+
+    @property
+    def cold_start_s(self) -> float: ...
+    @property
+    def slowdowns(self) -> np.ndarray: ...
+    @property
+    def slowdown_records(self) -> float: ...
+    def shard_work(
+        self, cands: Candidates, context: JobContext, samples: int | np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+    def slowdown_quantile(self, u: np.ndarray) -> np.ndarray: ...
+    def cost(
+        self,
+        cands: Candidates,
+        scaled: np.ndarray,
+        cold: np.ndarray,
+        median_s: np.ndarray,
+        upper_s: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -96,11 +126,14 @@ class EpochModel:
     progress: ProgressCurve = ProgressCurve()
     progress_sd: float = 0.25
     prices: LambdaPrices | None = None
+    #: The other worker kinds' models, by name (Lambda is this model's own).
+    kinds: Mapping[str, KindModel] = field(default_factory=dict)
 
     @classmethod
     def prior(cls, worker: PerformanceModel | None = None, seed: int = 0) -> EpochModel:
         """The uncalibrated model: ``worker`` (the worker model's ``DEFAULT_MODEL``,
-        measured on the local runtime) and its own slowdown distribution."""
+        measured on the local runtime) and its own slowdown distribution, and every
+        other kind's prior (:func:`~configurator.kinds.kind_models`)."""
         worker = worker or DEFAULT_MODEL
         if worker.straggler_p == 0:
             worker = worker.replace(
@@ -108,7 +141,8 @@ class EpochModel:
             )
         rng = np.random.default_rng(seed)
         draws = np.sort([worker.draw_slowdown(rng) for _ in range(PRIOR_DRAWS)])
-        return cls(worker, draws / float(np.median(draws)), prices=lambda_prices())
+        others = kind_models((IN_PROCESS, *GPU_KINDS), seed)
+        return cls(worker, draws / float(np.median(draws)), prices=lambda_prices(), kinds=others)
 
     @property
     def _prices(self) -> LambdaPrices:
@@ -117,7 +151,7 @@ class EpochModel:
     # -- what one worker does ---------------------------------------------------------
     def shard_work(
         self, cands: Candidates, context: JobContext, samples: int | np.ndarray
-    ) -> tuple[np.ndarray, ...]:
+    ) -> tuple[np.ndarray, np.ndarray]:
         """``(scaled seconds at slowdown 1, shard samples)`` per candidate."""
         n = np.ceil(samples / cands.workers)
         batches = np.ceil(n / cands.batch_size)
@@ -192,29 +226,55 @@ class EpochModel:
         again only where it has a different number of cold workers than after the first
         predecessor. A decision predicts the grid after the current config and after
         itself: the two differ only in the rows that keep the current memory.
+
+        Rows of each worker kind are predicted by that kind's part (Lambda: this
+        model's own worker, slowdowns and bill; others: :attr:`kinds`).
         """
         samples = context.train_samples if samples is None else samples
-        scaled, _ = self.shard_work(cands, context, samples)
+        if not cands.kind.any():
+            return self._predict_part(self, cands, context, previous, samples, same_latency)
+        merged: list[dict[str, np.ndarray]] = [{} for _ in previous]
+        for rows, part, sub, before, n, groups in self._by_kind(
+            cands, previous, samples, same_latency
+        ):
+            for out, one in zip(
+                merged, self._predict_part(part, sub, context, before, n, groups), strict=True
+            ):
+                for name, values in vars(one).items():
+                    out.setdefault(name, np.empty(len(cands)))[rows] = values
+        return [Prediction(**out) for out in merged]
+
+    def _predict_part(
+        self,
+        part: _Part,
+        cands: Candidates,
+        context: JobContext,
+        previous: Sequence[Predecessor],
+        samples: int | np.ndarray,
+        same_latency: tuple[np.ndarray, np.ndarray] | None,
+    ) -> list[Prediction]:
+        """:meth:`predict_after` of rows all of one kind, ``part``."""
+        scaled, _ = part.shard_work(cands, context, samples)
         lam, kappa = cands.workers, cands.kappa
         first, inverse = same_latency or (slice(None), slice(None))
         order = slowdown.order_quantiles(kappa[first], lam[first], (0.5, 0.9))
-        order[0.9] = slowdown.upper_confidence(order[0.9], self.slowdown_records)
-        shift = (self.worker.cold_start_s / scaled)[first]
+        order[0.9] = slowdown.upper_confidence(order[0.9], part.slowdown_records)
+        shift = (part.cold_start_s / scaled)[first]
         coordinator = self._coordinator_s(kappa)
         progress = self.progress.level * self.progress.shape(cands, samples)
         log_progress = np.log(np.maximum(progress, 1e-9))
-        tail = self.slowdown_quantile(np.full(1, 0.99))[0] * scaled + self.worker.cold_start_s
+        tail = part.slowdown_quantile(np.full(1, 0.99))[0] * scaled + part.cold_start_s
         reference: tuple[np.ndarray, dict[float, np.ndarray]] | None = None
         out = []
         for before in previous:
             cold = slowdown.cold_workers(cands, before)
             share = (cold / lam)[first]
-            solved = self._latency_quantiles(order, share, shift, reference)
+            solved = self._latency_quantiles(part.slowdowns, order, share, shift, reference)
             reference = reference or (share, solved)
             median = solved[0.5][inverse] * scaled + coordinator
             upper = solved[0.9][inverse] * scaled + coordinator
             log_lat = np.log(median)
-            log_cost, log_cost_sd = self._cost(cands, scaled, cold)
+            log_cost, log_cost_sd = part.cost(cands, scaled, cold, median, upper)
             out.append(
                 Prediction(
                     log_lat,
@@ -226,6 +286,53 @@ class EpochModel:
                     tail,
                 )
             )
+        return out
+
+    def _part(self, code: int) -> _Part:
+        """The part that predicts rows of kind ``code``."""
+        name = KINDS[code]
+        if name == LAMBDA:
+            return self
+        if name not in self.kinds:
+            raise ValueError(f"the epoch model has no model of worker kind {name!r}")
+        return self.kinds[name]
+
+    def _by_kind(
+        self,
+        cands: Candidates,
+        previous: Sequence[Predecessor],
+        samples: int | np.ndarray,
+        same_latency: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> Iterator[Any]:
+        """Per kind among ``cands``: its rows, part, candidates, predecessors, samples
+        and latency groups."""
+        for code in np.unique(cands.kind).astype(int):
+            rows = np.flatnonzero(cands.kind == code)
+            before = [p.take(rows) if isinstance(p, Candidates) else p for p in previous]
+            n = samples[rows] if isinstance(samples, np.ndarray) and samples.ndim else samples
+            groups = _restrict(same_latency, rows) if same_latency is not None else None
+            yield rows, self._part(int(code)), cands.take(rows), before, n, groups
+
+    def planned_startup_s(self, cands: Candidates, previous: Predecessor) -> np.ndarray:
+        """Per candidate, the start-up its epoch after ``previous`` plans into the job
+        rather than the epoch's share: a GPU container's where one must start (0 for
+        Lambda, whose cold starts are the epoch's own, and in-process)."""
+        out = np.zeros(len(cands))
+        if not cands.kind.any():
+            return out
+        for rows, part, sub, (before,), _, _ in self._by_kind(cands, (previous,), 0):
+            if getattr(part, "planned_startup", False):
+                cold = slowdown.cold_workers(sub, before) > 0
+                out[rows] = np.where(cold, part.cold_start_s, 0.0)
+        return out
+
+    def time_limits(self, cands: Candidates, timeout_s: float) -> np.ndarray:
+        """Per candidate, the longest a worker may take: Lambda's ``timeout_s``, the
+        kind's own limit otherwise."""
+        out = np.full(len(cands), float(timeout_s))
+        if cands.kind.any():
+            for rows, part, _, _, _, _ in self._by_kind(cands, (None,), 0):
+                out[rows] = getattr(part, "limit_s", timeout_s)
         return out
 
     def on_time_scores(
@@ -250,27 +357,49 @@ class EpochModel:
         safer than it is.
         """
         samples = context.train_samples if samples is None else samples
-        scaled, _ = self.shard_work(cands, context, samples)
+        if not cands.kind.any():
+            return self._on_time_part(self, cands, context, previous, log_deadline, samples)
+        log_deadline = np.broadcast_to(log_deadline, (len(cands),))
+        out = [np.empty(len(cands)) for _ in previous]
+        for rows, part, sub, before, n, _ in self._by_kind(cands, previous, samples):
+            scores = self._on_time_part(part, sub, context, before, log_deadline[rows], n)
+            for whole, score in zip(out, scores, strict=True):
+                whole[rows] = score
+        return out
+
+    def _on_time_part(
+        self,
+        part: _Part,
+        cands: Candidates,
+        context: JobContext,
+        previous: Sequence[Predecessor],
+        log_deadline: np.ndarray,
+        samples: int | np.ndarray,
+    ) -> list[np.ndarray]:
+        scaled, _ = part.shard_work(cands, context, samples)
         lam, kappa = cands.workers, cands.kappa
         x = (np.exp(log_deadline) - self._coordinator_s(kappa)) / scaled
-        shift = self.worker.cold_start_s / scaled
+        shift = part.cold_start_s / scaled
         out = []
         for before in previous:
-            done = self.mixture_cdf(x, slowdown.cold_workers(cands, before) / lam, shift)
+            cold = slowdown.cold_workers(cands, before) / lam
+            done = slowdown.mixture_cdf(part.slowdowns, x, cold, shift)
             chance = betainc(kappa, lam - kappa + 1, done)
             out.append(np.asarray(ndtri(np.clip(chance, 1e-12, 1 - 1e-12))))
         return out
 
     def _latency_quantiles(
         self,
+        slowdowns: np.ndarray,
         order: dict[float, np.ndarray],
         share: np.ndarray,
         shift: np.ndarray,
         reference: tuple[np.ndarray, dict[float, np.ndarray]] | None,
     ) -> dict[float, np.ndarray]:
         """Per quantile, a worker's duration (in seconds at slowdown 1) at the order
-        statistic's position ``order[q]`` when a ``share`` of the workers is cold; rows
-        whose share is the ``reference``'s take its solution.
+        statistic's position ``order[q]`` when a ``share`` of the workers is cold, under
+        the slowdown distribution ``slowdowns``; rows whose share is the
+        ``reference``'s take its solution.
 
         Each distinct (positions, share, shift) is solved once: memory past what buys
         the vCPUs the work can use adds no speed (for the sim model's one-vCPU worker,
@@ -281,7 +410,7 @@ class EpochModel:
             rows = np.flatnonzero(share != reference[0])
         first, inverse = _distinct(rows, *order.values(), share, shift)
         fresh = {
-            q: self.mixture_quantile(u[first], share[first], shift[first])[inverse]
+            q: slowdown.mixture_quantile(slowdowns, u[first], share[first], shift[first])[inverse]
             for q, u in order.items()
         }
         if reference is None:
@@ -291,6 +420,21 @@ class EpochModel:
             out[q] = values.copy()
             out[q][rows] = fresh[q]
         return out
+
+    # -- Lambda as a part: what :meth:`_predict_part` asks of a kind -------------------
+    @property
+    def cold_start_s(self) -> float:
+        return self.worker.cold_start_s
+
+    def cost(
+        self,
+        cands: Candidates,
+        scaled: np.ndarray,
+        cold: np.ndarray,
+        median_s: np.ndarray,
+        upper_s: np.ndarray,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        return self._cost(cands, scaled, cold)
 
     def _cost(
         self, cands: Candidates, scaled: np.ndarray, cold: np.ndarray
@@ -330,10 +474,23 @@ def _distinct(rows: np.ndarray, *columns: np.ndarray) -> tuple[np.ndarray, np.nd
 def latency_groups(cands: Candidates) -> tuple[np.ndarray, np.ndarray]:
     """``(first row of each group, group of each row)`` of the rows of ``cands`` that
     differ only in their learning rate, which changes no second of an epoch (the
-    search space's five learning rates make a fifth of the grid's latency work)."""
-    columns = np.column_stack([cands.memory_mb, cands.workers, cands.sync_ratio, cands.batch_size])
+    search space's five learning rates make a fifth of the grid's latency work). Rows
+    of different worker kinds are never in one group."""
+    columns = np.column_stack(
+        [cands.kind, cands.memory_mb, cands.workers, cands.sync_ratio, cands.batch_size]
+    )
     _, first, inverse = np.unique(columns, axis=0, return_index=True, return_inverse=True)
     return first, inverse.ravel()
+
+
+def _restrict(
+    groups: tuple[np.ndarray, np.ndarray], rows: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`latency_groups` of the candidates at ``rows`` (ascending, all of one kind)
+    from the groups of all of them, positions counted within ``rows``."""
+    first, inverse = groups
+    ids, within = np.unique(inverse[rows], return_inverse=True)
+    return np.searchsorted(rows, first[ids]), within.ravel()
 
 
 def delta_bytes(n: np.ndarray, context: JobContext) -> np.ndarray:

@@ -136,6 +136,8 @@ class GpOptConfigurator(Configurator):
         if context is not None and max(space.workers) > context.max_workers:
             fits = tuple(w for w in space.workers if w <= context.max_workers) or (1,)
             space = replace(space, workers=fits)
+        if context is not None and context.kinds is not None:
+            space = replace(space, kinds=context.kinds)
         self.space = space
         self.prior = prior or EpochModel.prior()
         self.history = history
@@ -150,6 +152,7 @@ class GpOptConfigurator(Configurator):
             self._features,
             history.load() if history is not None else [],
             settings.use_gp,
+            self._grid.kind_feature() if space.several_kinds else None,
         )
         self._refits = Refits(
             self._gps, self._observations, settings.refit_growth, settings.background
@@ -161,7 +164,8 @@ class GpOptConfigurator(Configurator):
         self._scorer: Scorer | None = None
         if context is not None:
             self._budget = Shares(context, settings.slack_spend)
-            self._pruner = Pruner(self._grid, context.timeout_s, settings, self._gps.prior_sd)
+            limits = self.prior.time_limits(self._grid, context.timeout_s)
+            self._pruner = Pruner(self._grid, limits, settings, self._gps.prior_sd)
             self._scorer = Scorer(self._grid, context, self._gps)
         self._model = self.prior
         self._last_history: Sequence[Observation] = ()
@@ -223,9 +227,13 @@ class GpOptConfigurator(Configurator):
         deadline: float,
         current: EpochConfig | None = None,
     ) -> np.ndarray:
-        """Grid rows worth scoring (:meth:`Pruner.prune`)."""
+        """Grid rows worth scoring (:meth:`Pruner.prune`), a GPU container's start-up
+        planned into the job where the space holds other kinds."""
         assert self._pruner is not None
-        return self._pruner.prune(now, steady, deadline, current)
+        planned = None
+        if self.space.several_kinds:
+            planned = self._model.planned_startup_s(self._grid, current)
+        return self._pruner.prune(now, steady, deadline, current, planned)
 
     def _keeps(self, rows: np.ndarray, current: EpochConfig) -> np.ndarray:
         """Per row, whether it keeps ``current``'s memory and λ."""
@@ -261,7 +269,9 @@ class GpOptConfigurator(Configurator):
     def _observations(self, history: Sequence[Observation], model: EpochModel) -> TrainingData:
         """The residual GPs' inputs and targets: this job's epochs and earlier jobs'."""
         assert self.context is not None
-        return training_data(history, model, self.context, self._gps.past, self._bounds)
+        return training_data(
+            history, model, self.context, self._gps.past, self._bounds, self.space.several_kinds
+        )
 
     def _condition(self, history: Sequence[Observation], model: EpochModel, optimise: bool) -> None:
         self._gps.condition(self._observations(history, model), optimise)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import numpy as np
 from scipy.special import ndtri
@@ -29,7 +30,8 @@ class Pruner:
     grid
         The candidates.
     timeout_s
-        The workers' time limit: a row whose straggler would pass it is out.
+        The workers' time limit, for all rows or per row (kinds have their own): a row
+        whose straggler would pass it is out.
     settings
         :class:`~configurator.gp_settings.GpOptSettings` (``keep``, ``confidence``).
     prior_sd
@@ -39,7 +41,7 @@ class Pruner:
     def __init__(
         self,
         grid: Candidates,
-        timeout_s: float,
+        timeout_s: float | np.ndarray,
         settings: GpOptSettings,
         prior_sd: Callable[[str], float],
     ) -> None:
@@ -54,6 +56,7 @@ class Pruner:
         steady: Prediction,
         deadline: float,
         current: EpochConfig | None = None,
+        planned: np.ndarray | None = None,
     ) -> np.ndarray:
         """Rows worth scoring, at most ``keep``: the cheapest rows the prior alone deems
         likely on time (a quarter of the places for rows on time even after a switch, a
@@ -65,10 +68,15 @@ class Pruner:
         The cheapest rows are the slowest: cut by cost alone, the kept ones can all be
         unlikely on time while thousands of dearer ones would be; and dominance judged
         on this epoch's latency drops rows that are on time only once warm.
+
+        ``planned`` is each row's start-up planned into the job (a GPU container's),
+        which this epoch may take on top of ``deadline``.
         """
         within_limit = now.worker_tail_s < self._timeout_s
         objective = steady.log_cost - steady.log_progress
         quarter = max(1, self.settings.keep // 4)
+        if planned is not None and planned.any():
+            now = replace(now, log_latency=now.log_latency - np.log1p(planned / deadline))
         on_time = self.likely_on_time(now, steady, deadline) & within_limit
         once_warm = self.likely_on_time(steady, steady, deadline) & within_limit & ~on_time
         staying = np.zeros(len(on_time), dtype=bool)

@@ -20,7 +20,7 @@ from configurator.base import JobContext, Observation, WorkerRun
 from configurator.epoch_model import SAMPLE_BYTES, EpochModel, delta_bytes
 from configurator.progress import fit_progress, progress_sd
 from configurator.slowdowns import pooled
-from configurator.space import Candidates
+from configurator.space import LAMBDA, Candidates
 from functions.performance import PerformanceModel, Work, fit_performance_model
 
 #: Invocation records per epoch, and epochs, a recalibration looks at: recent ones, so
@@ -36,11 +36,22 @@ SLOWDOWN_EPOCHS = 32
 def recalibrate(
     model: EpochModel, history: Sequence[Observation], context: JobContext
 ) -> EpochModel:
-    """``model`` refitted to the invocation records and outcomes of ``history``."""
+    """``model`` refitted to the invocation records and outcomes of ``history``: Lambda's
+    worker from the Lambda records, every other kind from its own
+    (:meth:`KindModel.recalibrated <configurator.kinds.KindModel.recalibrated>`)."""
+    recent = _recent_runs(history, RECENT_EPOCHS)
+    longer = _recent_runs(history, SLOWDOWN_EPOCHS)
     worker, (slowdowns, records) = _fit_workers(
-        model, _recent_runs(history, RECENT_EPOCHS), _recent_runs(history, SLOWDOWN_EPOCHS), context
+        model, _of_kind(recent, LAMBDA), _of_kind(longer, LAMBDA), context
     )
     fitted = replace(model, worker=worker, slowdowns=slowdowns, slowdown_records=records)
+    others = {r.kind for r, _ in longer} - {LAMBDA}
+    if others:
+        kinds = dict(model.kinds)
+        for name in others & set(kinds):
+            runs = [r for r, _ in _of_kind(longer, name)]
+            kinds[name] = model.kinds[name].recalibrated(runs, context)
+        fitted = replace(fitted, kinds=kinds)
     fitted = replace(fitted, coordinator_s=_fit_coordinator(fitted, history, context))
     progress = fit_progress(fitted.progress, history, context)
     return replace(fitted, progress=progress, progress_sd=progress_sd(fitted.progress_sd, history))
@@ -55,6 +66,11 @@ def _recent_runs(history: Sequence[Observation], epochs: int) -> list[tuple[Work
         step = max(1, len(ok) // RECORDS_PER_EPOCH)
         runs.extend((r, t) for r in ok[::step])
     return runs
+
+
+def _of_kind(runs: list[tuple[WorkerRun, int]], kind: str) -> list[tuple[WorkerRun, int]]:
+    """The runs of worker kind ``kind``."""
+    return [(r, t) for r, t in runs if r.kind == kind]
 
 
 def _work(run: WorkerRun, context: JobContext) -> Work:

@@ -36,11 +36,20 @@ INPUTS: dict[str, tuple[int, ...]] = {
     "cost": (0, 1, 2, 3, 5),
     "progress": (1, 2, 3, 4, 5),
 }
+#: Where a space holds several worker kinds, the kind is a seventh column, after the
+#: job's size, seen by the outputs a kind changes: its seconds and its bill. The torch
+#: and numpy workers compute the same update, so progress does not see it.
+KIND_COLUMN = 6
+KIND_OUTPUTS = ("latency", "cost")
 
 
 def surrogate_inputs(output: str, x: np.ndarray) -> np.ndarray:
-    """The columns of ``x`` (all six) the residual GP of ``output`` is given."""
-    return x[:, INPUTS[output]]
+    """The columns of ``x`` (all six, or seven with the kind) the residual GP of
+    ``output`` is given."""
+    columns = INPUTS[output]
+    if x.shape[1] > KIND_COLUMN and output in KIND_OUTPUTS:
+        columns = (*columns, KIND_COLUMN)
+    return x[:, columns]
 
 
 def context_feature(samples: int) -> float:
@@ -48,11 +57,15 @@ def context_feature(samples: int) -> float:
     return (math.log10(max(samples, 1)) - 3.0) / 5.0
 
 
-def input_groups(features: np.ndarray, output: str) -> np.ndarray:
+def input_groups(features: np.ndarray, output: str, kinds: np.ndarray | None = None) -> np.ndarray:
     """Per grid row, which distinct input of ``output``'s residual GP it has (the
-    job's size, the last input, is one per decision and left out)."""
+    job's size, the last input, is one per decision and left out; ``kinds``, the rows'
+    kind feature where the GPs see it)."""
     columns = [c for c in INPUTS[output] if c < features.shape[1]]
-    _, group = np.unique(features[:, columns], axis=0, return_inverse=True)
+    inputs = features[:, columns]
+    if kinds is not None and output in KIND_OUTPUTS:
+        inputs = np.column_stack([inputs, kinds])
+    _, group = np.unique(inputs, axis=0, return_inverse=True)
     return np.asarray(group).ravel()
 
 
@@ -67,9 +80,11 @@ def training_data(
     context: JobContext,
     past: Sequence[PastJob],
     bounds: np.ndarray,
+    kinds: bool = False,
 ) -> TrainingData:
     """Inputs and residual targets against ``model`` of this job's epochs (``history``)
-    and earlier jobs' (``past``)."""
+    and earlier jobs' (``past``); with ``kinds``, each epoch's worker kind as the
+    seventh input."""
     epochs: list[tuple[EpochConfig, float, float, float | None, int, EpochConfig | None]] = []
     # Which job each epoch is of (-1: this one) and its index there, for the phase.
     job_of: list[int] = []
@@ -96,6 +111,8 @@ def training_data(
     pred = model.predict(cands, context, samples=sizes, previous=previous)
     level = model.progress.level
     x = np.column_stack([cands.features(bounds), (np.log10(sizes) - 3.0) / 5.0])
+    if kinds:
+        x = np.column_stack([x, cands.kind_feature()])
     observed = {
         "latency": np.log(np.maximum([e[1] for e in epochs], 1e-9)),
         "cost": np.log(np.maximum([e[2] for e in epochs], 1e-15)),
@@ -145,6 +162,9 @@ class ResidualGps:
         Earlier jobs: their hyper-parameters seed the GPs, their epochs are observations.
     enabled
         False: no residual is modelled (the analytic baselines).
+    kinds
+        The grid's kind feature (:meth:`Candidates.kind_feature`) where it holds several
+        worker kinds; None: one kind, not an input.
     """
 
     def __init__(
@@ -153,11 +173,13 @@ class ResidualGps:
         features: np.ndarray,
         past: Sequence[PastJob],
         enabled: bool,
+        kinds: np.ndarray | None = None,
     ) -> None:
         self.build = build
         self.surrogates: dict[str, Surrogate] = {name: build() for name in OUTPUTS}
         self.features = features
-        self.input_groups = {name: input_groups(features, name) for name in OUTPUTS}
+        self.kinds = kinds
+        self.input_groups = {name: input_groups(features, name, kinds) for name in OUTPUTS}
         self.past = past
         self.enabled = enabled
         self._seed_hyperparameters()
@@ -196,6 +218,8 @@ class ResidualGps:
         x = np.column_stack(
             [self.features[rows], np.full((len(rows), 1), context_feature(samples))]
         )
+        if self.kinds is not None:
+            x = np.column_stack([x, self.kinds[rows]])
         means, variances = {}, {}
         for name in OUTPUTS:
             _, first, group = np.unique(

@@ -45,7 +45,7 @@ class Scored:
 
 
 def on_time(
-    log_deadline: float,
+    log_deadline: float | np.ndarray,
     log_latency: np.ndarray,
     model_sd: np.ndarray,
     total_sd: np.ndarray,
@@ -109,16 +109,26 @@ class Scorer:
         objective_sd = np.sqrt(epi["cost"] + epi["progress"])
         total_lat_sd = widen * np.sqrt(lat_sd**2 + epi["latency"])
         total_cost_sd = np.sqrt(cost_sd**2 + epi["cost"])
+        # A GPU container's start-up is planned into the job: this epoch may take it on
+        # top of its share, if the later epochs, their shares shrunk by it, are on time.
+        previous = history[-1].config if history else None
+        planned = model.planned_startup_s(self._grid.take(rows), previous)
+        log_now: float | np.ndarray = math.log(deadline)
+        log_later: float | np.ndarray = log_now
+        if planned.any():
+            log_now = np.log(deadline + planned)
+            later = share_after(deadline, left, lat + Z90 * total_lat_sd)
+            log_later = np.log(np.where(planned > 0, later, deadline))
         tail_now, tail_steady = self._tail_scores(
-            rows, history, samples, deadline, lat - now.log_latency[rows], model
+            rows, history, samples, (log_now, log_later), lat - now.log_latency[rows], model
         )
-        p = on_time(math.log(deadline), lat, lat_sd, total_lat_sd, tail_now)
+        p = on_time(log_now, lat, lat_sd, total_lat_sd, tail_now)
         # A pick must also be one the job can stay on: an epoch that meets its share only
         # because the last one left every container warm (a small λ after a large one)
         # runs late as soon as it follows itself, and a late epoch shrinks every later
         # epoch's share.
         steady_sd = widen * np.sqrt(steady_lat_sd**2 + epi["latency"])
-        staying = on_time(math.log(deadline), steady_lat, steady_lat_sd, steady_sd, tail_steady)
+        staying = on_time(log_later, steady_lat, steady_lat_sd, steady_sd, tail_steady)
         p = np.minimum(p, staying)
         # What a fallback that switches plans on: the config following itself at the
         # share the later epochs get once this one has run (its 90th percentile), not
@@ -138,17 +148,27 @@ class Scorer:
         rows: np.ndarray,
         history: Sequence[Observation],
         samples: int,
-        deadline: float,
+        log_deadlines: tuple[float | np.ndarray, float | np.ndarray],
         shift: np.ndarray,
         model: EpochModel,
     ) -> tuple[np.ndarray, np.ndarray]:
         """The order statistic's own P(on time) of ``rows`` as normal scores, this epoch
-        and following itself (:meth:`EpochModel.on_time_scores`), the residual GP's
-        ``shift`` of log latency taken off the deadline: where the straggler tail is a
-        cliff past the 90th percentile, the log-normal's score is too high."""
+        and following itself (:meth:`EpochModel.on_time_scores`), at the log deadlines
+        of each, the residual GP's ``shift`` of log latency taken off them: where the
+        straggler tail is a cliff past the 90th percentile, the log-normal's score is
+        too high."""
         cands = self._grid.take(rows)
         previous = history[-1].config if history else None
-        now, steady = model.on_time_scores(
-            cands, self._context, (previous, cands), math.log(deadline) - shift, samples=samples
+        log_now, log_later = log_deadlines
+        if log_now is log_later:
+            now, steady = model.on_time_scores(
+                cands, self._context, (previous, cands), log_now - shift, samples=samples
+            )
+            return now, steady
+        (now,) = model.on_time_scores(
+            cands, self._context, (previous,), log_now - shift, samples=samples
+        )
+        (steady,) = model.on_time_scores(
+            cands, self._context, (cands,), log_later - shift, samples=samples
         )
         return now, steady

@@ -125,13 +125,13 @@ def pooled(slowdowns: np.ndarray, ratios: np.ndarray) -> tuple[np.ndarray, float
 
 def cold_workers(cands: Candidates, previous: EpochConfig | Candidates | None) -> np.ndarray:
     """Per candidate, how many of its workers find no warm container after ``previous``:
-    all in a job's first epoch and after a change of memory (containers are per memory
-    size); otherwise those beyond the ones the last epoch left free (its κ when it did
-    not wait for all λ, whose stragglers still run)."""
+    all in a job's first epoch and after a change of kind or memory (containers are per
+    kind and memory size); otherwise those beyond the ones the last epoch left free (its
+    κ when it did not wait for all λ, whose stragglers still run)."""
     if previous is None:
         return cands.workers.copy()
     if isinstance(previous, EpochConfig):
         previous = Candidates.of([previous])
     warm = np.where(previous.sync_ratio >= 1, previous.workers, previous.kappa)
-    same_memory = cands.memory_mb == previous.memory_mb
+    same_memory = (cands.memory_mb == previous.memory_mb) & (cands.kind == previous.kind)
     return np.where(same_memory, np.maximum(cands.workers - warm, 0.0), cands.workers)

@@ -22,6 +22,11 @@ __all__ = ["RiseConfirmation", "RiseRules", "user_balanced_mean"]
 
 #: Most events one user counts for in a level (see ``user_balanced_mean``).
 USER_WEIGHT_CAP = 50
+#: Heartbeats after a signal at which a change judged too small is judged again: a
+#: detector that signals within a few hundred events of a change leaves too few errors
+#: after it for the record's split to find it, and restarted by its own signal it is
+#: blind to the new level until the level changes again.
+RECHECK_HEARTBEATS = 4
 
 
 class RiseRules(Protocol):
@@ -52,6 +57,12 @@ class RiseConfirmation:
     streak, streak_beat : int
         Heartbeats in a row at which a rise was large, shared and ``persist_z`` clear,
         and the index of the last one counted.
+    unsignalled : int
+        Errors appended since the river detector last signalled (or since the record
+        restarted): the stretch a change it signals now can lie in.
+    rechecks, window : int
+        Heartbeats left at which the last signal is judged again, and the errors its
+        change can lie in (those before the signal and every one since).
     """
 
     def __init__(self, record: ErrorRecord, rules: RiseRules) -> None:
@@ -60,9 +71,15 @@ class RiseConfirmation:
         self.candidate: int | None = None
         self.streak = 0
         self.streak_beat = -1
+        self.unsignalled = 0
+        self.rechecks = 0
+        self.window = 0
 
     def age(self, added: int) -> None:
-        """Count ``added`` errors appended to the record into the candidate's age."""
+        """Count ``added`` errors appended to the record into the candidate's age and
+        into the errors since the detector's last signal."""
+        self.unsignalled += added
+        self.window += added
         if added and self.candidate is not None:
             self.candidate += added
             if self.candidate > MAX_RECENT:
@@ -74,6 +91,23 @@ class RiseConfirmation:
         self._record.clear()
         self.candidate = None
         self.streak = 0
+        self.unsignalled = 0
+        self.rechecks = 0
+
+    def signalled(self) -> int:
+        """The detector signalled a change: where it can lie, the errors since its
+        previous signal (at most ``MAX_RECENT``, the oldest change a candidate may
+        hold); the count starts again, and the signal is judged again at the next
+        ``RECHECK_HEARTBEATS`` heartbeats unless it becomes a candidate or an alert."""
+        self.window, self.unsignalled = self.unsignalled, 0
+        self.rechecks = RECHECK_HEARTBEATS
+        return min(self.window, MAX_RECENT)
+
+    def recheck(self) -> int:
+        """One of the heartbeats that judge the last signal again: where its change can
+        lie now (the count shrinks by one)."""
+        self.rechecks -= 1
+        return min(self.window, MAX_RECENT)
 
     def judge(self, heartbeat: Heartbeat, offset: int, recent: int) -> DriftAlert | None:
         """An alert if the last ``recent`` errors are enough above those before them.
@@ -88,9 +122,7 @@ class RiseConfirmation:
         rules, record = self._rules, self._record
         if recent < rules.min_events or record.size - recent < rules.min_events:
             return None
-        older = slice(max(0, record.size - recent - rules.reference_events), -recent)
-        before, before_var, _ = user_balanced_mean(record.values[older], record.keys[older])
-        after, after_var, users = user_balanced_mean(record.values[-recent:], record.keys[-recent:])
+        (before, before_var), (after, after_var, users) = self._levels(recent)
         before_rmse = math.sqrt(before * rules.scale)
         after_rmse = math.sqrt(after * rules.scale)
         if after_rmse < before_rmse * (1.0 + rules.min_relative_drop / 2):
@@ -116,6 +148,41 @@ class RiseConfirmation:
             change_events=max(0, end - recent),
             detector=rules.name,
         )
+
+    def relocate(self) -> None:
+        """Move the candidate's change point later where a split after it shows a
+        larger relative rise.
+
+        A candidate keeps the change point found when the detector signalled. That
+        point can lie before the change, and the errors between dilute the rise for as
+        long as the candidate lives, so a rise just large enough never reads as large
+        enough (``docs/decisions/0001``). So at each heartbeat
+        the split is searched again among the candidate's errors, and taken when it is
+        later and the level after it stands further above the level before it.
+        """
+        rules, record, candidate = self._rules, self._record, self.candidate
+        if candidate is None or candidate < rules.min_events:
+            return
+        found = record.recent_length(rules.min_events, candidate)
+        if not (rules.min_events <= found < candidate):
+            return
+        if record.size - found >= rules.min_events and self._rise(found) > self._rise(candidate):
+            self.candidate = found
+
+    def _levels(self, recent: int) -> tuple[tuple[float, float], tuple[float, float, int]]:
+        """``(level, variance)`` of the reference before the last ``recent`` errors, and
+        ``(level, variance, users)`` of those errors (``user_balanced_mean``)."""
+        record = self._record
+        older = slice(max(0, record.size - recent - self._rules.reference_events), -recent)
+        before, before_var, _ = user_balanced_mean(record.values[older], record.keys[older])
+        return (before, before_var), user_balanced_mean(
+            record.values[-recent:], record.keys[-recent:]
+        )
+
+    def _rise(self, recent: int) -> float:
+        """The level of the last ``recent`` errors relative to the level before them."""
+        (before, _), (after, _, _) = self._levels(recent)
+        return after / before if before > 0 else math.inf
 
     def _persisted(
         self, heartbeat: Heartbeat, large_and_shared: bool, rise: float, spread: float

@@ -217,6 +217,7 @@ class EventDriftMonitor(DriftDetector):
         normalised = errors / self.scale
         keys = _event_keys(heartbeat, normalised.size)
         self._drift_detected = False
+        self._confirmation.relocate()  # a candidate's change point may lie before the change
         alert: DriftAlert | None = None
         start = 0
         # The feed never depends on what a judgement does, so the detector can take the
@@ -224,16 +225,22 @@ class EventDriftMonitor(DriftDetector):
         for position in self._feed.feed_all(normalised):
             self._append(normalised[start : position + 1], keys[start : position + 1])
             start = position + 1
-            recent = self._record.recent_length(self.min_events)
+            within = self._confirmation.signalled()
+            recent = self._record.recent_length(self.min_events, within)
             found = self._confirmation.judge(heartbeat, normalised.size - start, recent)
             if found is not None and alert is None:
                 alert = found
         self._append(normalised[start:], keys[start:])
-        candidate = self._confirmation.candidate
-        if alert is None and candidate is not None:
+        confirmation = self._confirmation
+        if alert is None and confirmation.candidate is not None:
             # A rise too thin to confirm when the detector saw it: judge it again now
             # that more users have been seen since.
-            alert = self._confirmation.judge(heartbeat, 0, candidate)
+            alert = confirmation.judge(heartbeat, 0, confirmation.candidate)
+        elif alert is None and confirmation.rechecks > 0:
+            # A signal whose change showed no rise yet: the detector restarted at it,
+            # so look for the rise again among the errors since.
+            recent = self._record.recent_length(self.min_events, confirmation.recheck())
+            alert = confirmation.judge(heartbeat, 0, recent)
         self._drift_detected = alert is not None
         return alert
 

@@ -53,8 +53,9 @@ class ErrorRecord:
         self.values = np.empty(0, dtype=np.float16)
         self.keys = np.empty(0, dtype=np.uint16)
 
-    def recent_length(self, min_events: int) -> int:
-        """Errors since the change: the least-squares change point of the record.
+    def recent_length(self, min_events: int, within: int | None = None) -> int:
+        """Errors since the change: the least-squares change point of the record, among
+        the last ``within`` errors (None: anywhere).
 
         River's detectors say *that* the errors changed, not where: ADWIN's window
         after its cut still holds thousands of errors from before the change, whose
@@ -64,10 +65,16 @@ class ErrorRecord:
         higher (the first errors after a restart) can hold a fall larger than the rise
         the detector signalled, and judged at that fall the rise would be dropped while
         a detector restarted by its own signal takes thousands of events to signal again.
-        0 when the record is too short to hold ``min_events`` errors either side.
+        ``within`` bounds the search to where the change can be: a change the detector
+        signalled now is among the errors it saw since its previous signal, and a
+        split further back would date the change to a slow creep of the level before it
+        (a version serving long without a swap) that dilutes the rise. 0 when the record
+        is too short to hold ``min_events`` errors either side.
         """
         blocks = self.values.size // BLOCK
         min_blocks = max(1, math.ceil(min_events / BLOCK))
+        if within is not None:
+            blocks = min(blocks, math.ceil(within / BLOCK) + min_blocks)
         if blocks < 2 * min_blocks:
             return 0
         tail = self.values[self.values.size - blocks * BLOCK :]

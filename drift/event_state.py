@@ -39,6 +39,8 @@ def save_state(
         "partial": list(feed.partial),
         "candidate": confirmation.candidate,
         "streak": [confirmation.streak, confirmation.streak_beat],
+        "unsignalled": confirmation.unsignalled,
+        "rechecks": [confirmation.rechecks, confirmation.window],
         "level": feed.level,
     }
     window = feed.adwin_window()
@@ -87,6 +89,10 @@ def restore_state(
     confirmation.candidate = None if candidate is None else min(int(candidate), record.size)
     streak, beat = state.get("streak", [0, -1])
     confirmation.streak, confirmation.streak_beat = max(0, int(streak)), int(beat)
+    # A state saved before this count was kept: every saved error may hold the change.
+    confirmation.unsignalled = max(0, int(state.get("unsignalled", record.size)))
+    rechecks, window = state.get("rechecks", [0, 0])
+    confirmation.rechecks, confirmation.window = max(0, int(rechecks)), max(0, int(window))
 
 
 def _unit_interval(values: np.ndarray) -> bool:

@@ -216,9 +216,20 @@ class RankingSampler:
             raise ValueError("user_ids, item_ids and timestamps differ in length")
         if self.fraction <= 0.0 or self.fraction >= 1.0 or not n:
             return np.full(n, self.fraction >= 1.0, dtype=bool)
+        return self.points(user_ids, item_ids, timestamps) < self.fraction
+
+    def points(
+        self,
+        user_ids: Sequence[str],
+        item_ids: Sequence[str],
+        timestamps: Sequence[float | None],
+    ) -> np.ndarray:
+        """Each event's ``sample_point`` ``(n,)``, from the kept digests: an event is in
+        the sample of any fraction above its point, so one sample nests in another."""
+        n = len(user_ids)
         digests = self._digests_of([*user_ids, *item_ids])
         mixed = _mix(digests[:n], digests[n:], timestamps)
-        return mixed.astype(np.float64) / _HASH_SCALE < self.fraction
+        return mixed.astype(np.float64) / _HASH_SCALE
 
     def _digests_of(self, keys: list[str]) -> np.ndarray:
         """The digest of each id ``(n,)`` uint64: looked up, computed only for ids not kept."""

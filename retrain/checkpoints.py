@@ -22,8 +22,9 @@ and the shuffle ``order`` that splits it into shards). The JSON object holds
     shuffle (a worker seeds with ``(seed, epoch, worker)``), so it is the whole of the
     random state a resumed job needs.
 ``in_flight``
-    Invocations still running: ``worker``, ``epoch``, ``attempt``, ``memory_mb`` and the
-    worker ``task`` (its event: snapshot, shard and delta keys, batch size, ...).
+    Invocations still running: ``worker``, ``epoch``, ``attempt``, ``memory_mb``, the
+    worker ``kind`` it runs on (absent in older checkpoints: Lambda's) and the worker
+    ``task`` (its event: snapshot, shard and delta keys, batch size, ...).
 ``epochs``
     The job's :class:`retrain.job.EpochRecord` so far: loss, duration, config, cost.
 ``stats``
@@ -50,6 +51,7 @@ from typing import Any
 
 import numpy as np
 
+from configurator.space import LAMBDA
 from functions.artifacts import ArtifactError, sha256_hex
 from functions.handler import WorkerTask
 from functions.objectstore import ObjectNotFound, ObjectStore, validate_key
@@ -100,6 +102,7 @@ class InFlight:
     attempt: int
     memory_mb: int
     task: WorkerTask
+    kind: str = LAMBDA
 
 
 @dataclass(frozen=True)
@@ -144,6 +147,7 @@ class CheckpointState:
                     "epoch": f.epoch,
                     "attempt": f.attempt,
                     "memory_mb": f.memory_mb,
+                    "kind": f.kind,
                     "task": f.task.as_event(),
                 }
                 for f in self.in_flight
@@ -189,6 +193,7 @@ def _in_flight(entry: dict[str, Any], store_url: str) -> InFlight:
         int(entry["attempt"]),
         int(entry["memory_mb"]),
         task,
+        str(entry.get("kind", LAMBDA)),
     )
 
 

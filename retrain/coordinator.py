@@ -9,6 +9,11 @@ their own damped by their staleness. κ = λ is BSP, fully synchronous; ASP appl
 update the moment it arrives and relaunches that worker at once. A worker that fails or
 times out is retried up to ``max_retries`` times, then dropped for the epoch.
 
+Each epoch runs on the worker kind its config names: the workers of a runtime of that
+kind (the placement gives the coordinator a :class:`~retrain.worker_kinds.KindRouter`),
+or, for the in-process kind, the coordinator itself (:func:`retrain.here.train_here`).
+One model, one set of objects, one checkpoint and one bill serve every kind.
+
 Why stragglers are handled so, and what the alternatives measured:
 ``docs/decisions/0002-selective-sync-and-stragglers.md``. Checkpoints: see
 :mod:`retrain.checkpoints`.
@@ -36,7 +41,7 @@ from typing import Any
 import numpy as np
 
 from configurator.base import WorkerRun
-from configurator.space import EpochConfig
+from configurator.space import IN_PROCESS, LAMBDA, EpochConfig
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectStore
 from functions.runtimes import InvocationRecord, Runtime
@@ -54,6 +59,7 @@ from retrain.checkpoints import (
 )
 from retrain.epoch_sync import EpochSync
 from retrain.folding import RowShares
+from retrain.here import train_here
 from retrain.invocations import Invocations
 from retrain.job import EpochRecord
 from retrain.job_objects import EncodedWindow, JobObjects
@@ -220,13 +226,32 @@ class DistributedBackend(TrainingBackend):
             raise RuntimeError("prepare() must be called before training")
         return self._data
 
+    @property
+    def kinds(self) -> tuple[str, ...]:
+        """The worker kinds this coordinator runs epochs of: its runtime's (a
+        :class:`~retrain.worker_kinds.KindRouter` names them), else Lambda's and the
+        in-process kind's."""
+        return tuple(getattr(self.runtime, "kinds", (LAMBDA, IN_PROCESS)))
+
     def run_epoch(self, config: EpochConfig) -> EpochOutcome:
+        """One epoch where ``config.kind`` says: workers of that kind on the runtime, or,
+        for the in-process kind, this process (:func:`retrain.here.train_here`)."""
+        if config.kind not in self.kinds:
+            raise ValueError(
+                f"worker kind {config.kind!r} is not offered here: this job may run "
+                f"{list(self.kinds)} (RETRAIN_WORKER_KINDS)"
+            )
         model = self._require_model()
         started = self._now()
         spent_before = sum(r.cost_usd for r in self.stats.invocations)
         recorded_before = len(self.stats.invocations)
         data = self._require_data()
-        self._sync.run(config, self._epoch, model, data)
+        if config.kind == IN_PROCESS:
+            here = train_here(model, data, config, self._epoch, self.seed, self.job_id)
+            self._invocations.record(here)
+            self._objects.model_moved()
+        else:
+            self._sync.run(config, self._epoch, model, data)
         self._epoch += 1
         cost = sum(r.cost_usd for r in self.stats.invocations) - spent_before
         loss = model.mse_encoded(data.users, data.items, data.ratings)
@@ -274,7 +299,7 @@ class DistributedBackend(TrainingBackend):
             timeout_s=self.timeout_s,
             max_retries=self.max_retries,
             in_flight=tuple(
-                InFlight(r.worker, r.epoch, r.attempt, r.memory_mb, r.task)
+                InFlight(r.worker, r.epoch, r.attempt, r.memory_mb, r.task, r.kind)
                 for r in self._invocations.running.values()
             ),
             epochs=tuple(dataclasses.asdict(e) for e in self.epochs),
@@ -338,7 +363,7 @@ class DistributedBackend(TrainingBackend):
         self._invocations.adopt(CoordinatorStats.from_dict(state.stats))
         for entry in state.in_flight:
             self._invocations.requeue(
-                entry.worker, entry.epoch, entry.attempt, entry.memory_mb, entry.task
+                entry.worker, entry.epoch, entry.attempt, entry.memory_mb, entry.task, entry.kind
             )
 
 
@@ -359,6 +384,7 @@ def _worker_runs(records: list[InvocationRecord], config: EpochConfig) -> tuple[
                 cold_start=record.cold_start,
                 batch_size=config.batch_size,
                 ok=record.ok,
+                kind=str(record.labels.get("kind", LAMBDA)),
             )
         )
     return tuple(runs)

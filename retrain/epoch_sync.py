@@ -124,4 +124,4 @@ class EpochSync:
             seed=self._seed,
             snapshot_sha256=digest,
         )
-        self._invocations.launch(task, config.memory_mb, attempt=0)
+        self._invocations.launch(task, config.memory_mb, attempt=0, kind=config.kind)

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from configurator.space import LAMBDA
 from functions.artifacts import ArtifactError
 from functions.handler import WorkerTask
 from functions.objectstore import ObjectNotFound, ObjectStore
@@ -32,6 +33,8 @@ class Running:
     memory_mb: int
     #: The worker's update, read from the store as soon as it arrives.
     delta: dict[str, np.ndarray] | None = None
+    #: The worker kind it runs on (``configurator.space.KINDS``).
+    kind: str = LAMBDA
 
 
 class Invocations:
@@ -81,24 +84,31 @@ class Invocations:
         """Futures of the invocations still running, without waiting for them."""
         return [r.future for r in self.running.values() if not r.future.done()]
 
-    def launch(self, task: WorkerTask, memory_mb: int, attempt: int) -> None:
-        """Start a worker on ``task``'s shard and snapshot."""
-        future = self._submit(task, memory_mb)
-        self.running[future] = Running(task.worker, task.epoch, attempt, task, future, memory_mb)
+    def launch(self, task: WorkerTask, memory_mb: int, attempt: int, kind: str = LAMBDA) -> None:
+        """Start a worker of ``kind`` on ``task``'s shard and snapshot."""
+        future = self._submit(task, memory_mb, kind)
+        self.running[future] = Running(
+            task.worker, task.epoch, attempt, task, future, memory_mb, kind=kind
+        )
 
-    def _submit(self, task: WorkerTask, memory_mb: int) -> Future[InvocationRecord]:
+    def _submit(self, task: WorkerTask, memory_mb: int, kind: str) -> Future[InvocationRecord]:
+        labels: dict[str, object] = {"worker": task.worker, "epoch": task.epoch}
+        if kind != LAMBDA:  # a runtime of Lambda's kind need not know kinds
+            labels["kind"] = kind
         future = self.runtime.submit(
-            task.as_event(),
-            memory_mb=memory_mb,
-            timeout_s=self.timeout_s,
-            worker=task.worker,
-            epoch=task.epoch,
+            task.as_event(), memory_mb=memory_mb, timeout_s=self.timeout_s, **labels
         )
         future.add_done_callback(self._arrivals.append)
         return future
 
     def requeue(
-        self, worker: int, epoch: int, attempt: int, memory_mb: int, task: WorkerTask
+        self,
+        worker: int,
+        epoch: int,
+        attempt: int,
+        memory_mb: int,
+        task: WorkerTask,
+        kind: str = LAMBDA,
     ) -> None:
         """Take back an invocation a crashed coordinator left running.
 
@@ -117,7 +127,7 @@ class Invocations:
             future.set_result(record)
             future.add_done_callback(self._arrivals.append)
         elif self.store.exists(task.snapshot_key):
-            future = self._submit(task, memory_mb)
+            future = self._submit(task, memory_mb, kind)
         else:
             self.stats.failures.append(
                 {
@@ -129,7 +139,7 @@ class Invocations:
                 }
             )
             return
-        self.running[future] = Running(worker, epoch, attempt, task, future, memory_mb, delta)
+        self.running[future] = Running(worker, epoch, attempt, task, future, memory_mb, delta, kind)
 
     def _usable_delta(self, key: str) -> dict[str, np.ndarray] | None:
         """The delta under `key`, or None if it is missing or damaged."""
@@ -177,7 +187,7 @@ class Invocations:
             }
         )
         if running.attempt < self.max_retries:
-            retry = self._submit(running.task, memory_mb)
+            retry = self._submit(running.task, memory_mb, running.kind)
             self.running[retry] = Running(
                 running.worker,
                 running.epoch,
@@ -185,6 +195,7 @@ class Invocations:
                 running.task,
                 retry,
                 memory_mb,
+                kind=running.kind,
             )
         return False
 

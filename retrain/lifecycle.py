@@ -102,6 +102,7 @@ class Retrainer:
         background: bool = True,
         lambda_function: str = "driftline-worker",
         configurator_host: ConfiguratorHost | None = None,
+        ray_address: str | None = None,
     ) -> None:
         self._spec = spec
         self._recorder = recorder
@@ -127,6 +128,7 @@ class Retrainer:
             store_url,
             lambda_function=lambda_function,
             configurator_host=configurator_host,
+            ray_address=ray_address,
         )
         self._runner = JobRunner(
             windows,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any
 
-from configurator.space import EpochConfig
+from configurator.space import KINDS, EpochConfig
 from retrain.convergence import ConvergenceRule
 from retrain.window import ChangeWindowPolicy, WindowPolicy
 
@@ -21,7 +21,7 @@ class JobSpec:
 
     Examples
     --------
-    >>> spec = JobSpec(workers=8, sync_ratio=0.5)
+    >>> spec = JobSpec(workers=8, sync_ratio=0.5, kinds=("lambda", "gpu-l4"))
     >>> JobSpec.from_params(spec.as_params()) == spec
     True
     >>> JobSpec(workers=0)
@@ -73,6 +73,9 @@ class JobSpec:
     #: A change window leaves out the older events of users the base version predicts
     #: this many times worse than the rest since the change (``changed_users``).
     user_change_ratio: float | None = None
+    #: The worker kinds the job's configurator may pick (``configurator.space.KINDS``);
+    #: None: those the deployment can run (``retrain.worker_kinds.available_kinds``).
+    kinds: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for name in ("factors", "batch_size", "max_epochs", "workers"):
@@ -94,6 +97,10 @@ class JobSpec:
             raise ValueError(f"drift_history_ratio must be >= 0, got {self.drift_history_ratio}")
         if self.change_after_id is not None and self.change_after_id < 0:
             raise ValueError(f"change_after_id must be >= 0, got {self.change_after_id}")
+        if self.kinds is not None:  # a job record's JSON list comes back as a tuple
+            object.__setattr__(self, "kinds", tuple(self.kinds))
+            if not self.kinds or set(self.kinds) - set(KINDS):
+                raise ValueError(f"kinds must be some of {list(KINDS)}, got {self.kinds}")
 
     def for_trigger(self, trigger: str) -> JobSpec:
         """The spec of a job started for ``trigger``: a drift job's deadline is

@@ -32,7 +32,16 @@ from service.keys_cli import app as keys_app
 from service.settings import Settings
 
 #: The commands :mod:`benchmarks.cli` adds, in the order ``--help`` lists them.
-TOOLING_COMMANDS = ("demo", "bench", "replay", "broker", "package-function", "deploy-function")
+TOOLING_COMMANDS = (
+    "demo",
+    "bench",
+    "replay",
+    "broker",
+    "generate",
+    "datasets",
+    "package-function",
+    "deploy-function",
+)
 
 
 @functools.cache

@@ -31,7 +31,7 @@ __all__ = ["DashboardEvent", "EventBuffer"]
 
 @dataclass(frozen=True)
 class DashboardEvent:
-    """One event for the browser: ``kind`` is heartbeat, alert, job or swap."""
+    """One event for the browser: ``kind`` is heartbeat, alert, job, swap or rollout."""
 
     id: int
     kind: str

@@ -67,7 +67,28 @@ class Metrics:
         )
         self.model_rollbacks = Counter(
             "driftline_model_rollbacks",
-            "Rollbacks to an earlier model version (POST /models/{version}/rollback).",
+            "Rollbacks to an earlier model version (POST /models/{version}/rollback, "
+            "or the rollout guard's).",
+            registry=r,
+        )
+        self.version_held = Counter(
+            "driftline_version_held",
+            "Versions the rollout guard held in shadow instead of promoting.",
+            registry=r,
+        )
+        self.version_rolled_back = Counter(
+            "driftline_version_rolled_back",
+            "Promoted versions the rollout guard rolled back on its own (actor guard).",
+            registry=r,
+        )
+        self.version_promoted = Counter(
+            "driftline_version_promoted",
+            "Versions the rollout guard promoted from shadow.",
+            registry=r,
+        )
+        self.shadow_events = Gauge(
+            "driftline_shadow_events",
+            "Labelled events compared by the version in shadow or under watch (0: none).",
             registry=r,
         )
         self.alert_webhook_sent = Counter(

@@ -27,13 +27,8 @@ from service.serving.registry import ModelRegistry
 from service.settings import Settings
 from service.store import Database
 from service.store.alerts import attach_alert
-from service.store.events import (
-    LabelledEvents,
-    labelled_events,
-    max_event_id,
-    sample_labelled,
-    uniform_labelled,
-)
+from service.store.eventlog import EventLog
+from service.store.events import LabelledEvents, max_event_id
 from service.store.jobs import (
     AnotherJobActive,
     active_jobs,
@@ -50,22 +45,24 @@ log = logging.getLogger(__name__)
 
 
 class StoreWindowSource:
-    """``retrain.WindowSource`` over the event store."""
+    """``retrain.WindowSource`` over the event log: the events table and, for windows
+    reaching back past it, the archive (``service.store.eventlog``)."""
 
-    def __init__(self, db: Database) -> None:
+    def __init__(self, db: Database, event_log: EventLog) -> None:
         self.db = db
+        self.event_log = event_log
 
     def since(self, after_id: int, up_to_id: int) -> RatingsWindow:
         with self.db.connect() as conn:
-            return _window(labelled_events(conn, after_id, up_to_id))
+            return _window(self.event_log.labelled(conn, after_id, up_to_id))
 
     def history_sample(self, up_to_id: int, size: int) -> RatingsWindow:
         with self.db.connect() as conn:
-            return _window(sample_labelled(conn, up_to_id, size))
+            return _window(self.event_log.stride_sample(conn, up_to_id, size))
 
     def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
         with self.db.connect() as conn:
-            return _window(uniform_labelled(conn, up_to_id, size, seed))
+            return _window(self.event_log.uniform_sample(conn, up_to_id, size, seed))
 
 
 def _window(events: LabelledEvents) -> RatingsWindow:
@@ -279,6 +276,7 @@ def job_spec(settings: Settings) -> JobSpec:
         change_window_persists=s.drift_window_persists,
         user_change_ratio=s.drift_window_user_change_ratio,
         item_bias_support=s.item_bias_support,
+        kinds=s.worker_kinds,
     )
 
 
@@ -301,7 +299,7 @@ def build_retrainer(
     )
     return Retrainer(
         lambda: job_spec(settings),
-        StoreWindowSource(db),
+        StoreWindowSource(db, EventLog(registry.store)),
         recorder,
         registry,
         registry.store,
@@ -309,6 +307,7 @@ def build_retrainer(
         background=background,
         lambda_function=settings.lambda_function,
         configurator_host=_configurator_host(settings),
+        ray_address=settings.ray_address,
     )
 
 

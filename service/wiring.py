@@ -16,8 +16,9 @@ events in the same order; the leader's monitor writes and its trigger starts job
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from sqlalchemy import Connection
@@ -37,6 +38,8 @@ from service.metrics import Metrics
 from service.reads import StreamReads
 from service.retraining import build_retrainer
 from service.rollout.follower import RegistryFollower
+from service.rollout.guard import RolloutGuard
+from service.rollout.rule import GuardOptions
 from service.rollout.swapper import VersionSwapper
 from service.serving.builder import FoldInOptions, ServingBuilder
 from service.serving.history import RatedItems
@@ -45,7 +48,9 @@ from service.serving.recommender import Recommender
 from service.serving.registry import LoadedVersion, ModelRegistry
 from service.settings import Settings
 from service.store import Database
+from service.store.eventlog import EventLog
 from service.store.events import IngestOutcome, NewEvent, log_after, max_event_id
+from service.store.retention import Archiver, RetentionOptions
 from service.stream.feed_relay import StoredFeedRelay
 from service.stream.learner import Learner
 from service.stream.monitor import RaisedAlert, StreamMonitor
@@ -53,6 +58,7 @@ from service.stream.ranking import PrequentialRanking
 from service.stream.requests import RetrainRequests
 from service.stream.snapshot import SnapshotStore, SnapshotWriter, restore_from_snapshot
 from service.stream.trigger import RetrainTrigger
+from service.stream.warmup import start_warm_up
 from service.stream.writer import EventWriter
 
 log = logging.getLogger(__name__)
@@ -97,6 +103,15 @@ class Driftline:
     background_retrain: bool = True
     #: Snapshots of the online state: written by the leader, read by ``restore``.
     snapshots: SnapshotWriter | None = None
+    #: The log across the archive and the table, for a replica behind the archive.
+    event_log: EventLog | None = None
+    #: Moves the events past ``EVENT_RETENTION`` to the archive, while leading.
+    archiver: Archiver | None = None
+    #: Set once the learning path's compiled kernels are loaded (``service.stream.warmup``);
+    #: benchmarks wait for it before they time the path.
+    kernels_ready: threading.Event = field(default_factory=threading.Event)
+    #: Runs published versions in shadow and decides their promotion (``GUARD_ENABLED``).
+    guard: RolloutGuard | None = None
 
     # -- the ingest path ----------------------------------------------------------------
     def ingest(
@@ -139,7 +154,12 @@ class Driftline:
         alerts: list[RaisedAlert] = []
         while up_to is None or self.learner.applied < up_to:
             with self.db.connect() as conn:
-                batches = log_after(conn, self.learner.applied, up_to, LOG_PAGE_EVENTS)
+                if self.event_log is None:
+                    batches = log_after(conn, self.learner.applied, up_to, LOG_PAGE_EVENTS)
+                else:
+                    batches = self.event_log.log_after(
+                        conn, self.learner.applied, up_to, LOG_PAGE_EVENTS
+                    )
             if not batches:
                 # Ids the log skipped (a duplicate's or a rolled-back insert's) end here.
                 if up_to is not None:
@@ -153,6 +173,8 @@ class Driftline:
         evaluation = self.learner.learn(events, position)
         alerts = self.monitor.observe(evaluation)
         self.trigger.observe_events(len(evaluation.users))
+        if self.guard is not None:
+            self.guard.observe(evaluation)
         return alerts
 
     def _after_learning(self, alerts: list[RaisedAlert]) -> None:
@@ -162,6 +184,8 @@ class Driftline:
             # The batch is committed; answering with an error would invite a retry of
             # data already stored. The next alert or progress check triggers again.
             log.exception("could not start a retraining job; the ingested batch is stored")
+        if self.guard is not None:
+            self.guard.act()
         self._serve_inline_publication()
 
     def retrain_now(self, trigger: str = "manual") -> int:
@@ -171,9 +195,12 @@ class Driftline:
         return job_id
 
     def _serve_inline_publication(self) -> None:
-        """A job that ran inline published: serve its version now."""
+        """A job that ran inline published: serve its version now (or, guarded, run
+        it in shadow)."""
         if not self.background_retrain and self.retrainer.published.is_set():
             self.swapper.follow_registry()
+            if self.guard is not None:
+                self.guard.follow()
 
     # -- leadership ----------------------------------------------------------------------
     def _take_lead(self, token: int) -> None:
@@ -191,6 +218,8 @@ class Driftline:
         self.metrics.leader.set(0)
         with self.learner.lock:
             self.monitor.stand_by()
+        if self.guard is not None:
+            self.guard.stand_by()
         self.retrainer.preempt("this replica no longer leads the cluster", force=True)
 
     # -- life cycle ----------------------------------------------------------------------
@@ -231,17 +260,19 @@ class Driftline:
             listener(loaded)
 
     def start(self) -> None:
-        """Start notifications, the leader election, the log tail and the registry
-        follower (``REGISTRY_POLL_SECONDS``)."""
+        """Start notifications, the leader election, the log tail, the registry
+        follower (``REGISTRY_POLL_SECONDS``) and event retention (``EVENT_RETENTION``)."""
         self.notifier.start()
         self.leadership.start()
         self.tail.start()
         self.follower.start(self.settings.registry_poll_seconds)
+        if self.archiver is not None:
+            self.archiver.start(self.settings.retention_interval_s)
 
     def shut_down(self, grace_s: float = RETRAIN_SHUTDOWN_GRACE_S) -> None:
         """Stop once nothing feeds it any more: a running job gets ``grace_s`` to
-        publish, the heartbeats not yet saved are written, the workers' processes stop
-        and notifications stop.
+        publish, the heartbeats not yet saved and the rollout guard's running figures
+        are written, the workers' processes stop and notifications stop.
 
         The heartbeats are written before the runtimes close: closing waits for the
         invocations in flight, which a job past its grace still has, and a supervisor
@@ -249,9 +280,13 @@ class Driftline:
         """
         self.follower.stop()
         self.tail.stop()
+        if self.archiver is not None:
+            self.archiver.stop()
         self.retrainer.wait(timeout=max(0.0, grace_s))
         if self.monitor.leading:
             self.monitor.flush()
+            if self.guard is not None:
+                self.guard.save()
         self.leadership.stop(release=True)
         self.retrainer.close()
         self.notifier.stop()
@@ -270,6 +305,7 @@ def build_driftline(
     db = Database(settings.resolved_database_url)
     registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
     driftline = assemble(settings, db, registry, metrics or Metrics(), background_retrain, role)
+    driftline.kernels_ready = start_warm_up(settings.factors)
     driftline.restore()
     return driftline
 
@@ -303,10 +339,13 @@ def assemble(
         events=feed,
         fencing_token=leadership.fencing_token,
     )
-    builder = ServingBuilder(db, _fold_in_options(settings), _index_options(settings))
+    event_log = EventLog(registry.store)
+    builder = ServingBuilder(db, _fold_in_options(settings), _index_options(settings), event_log)
     history = RatedItems(settings.serving_history_pairs)
     ranking = PrequentialRanking(
-        RankingSampler(settings.ranking_sample, settings.ranking_min_rating), history
+        RankingSampler(settings.ranking_sample, settings.ranking_min_rating),
+        history,
+        shadow_share=settings.shadow_ranking_share,
     )
     learner = Learner(
         db,
@@ -341,6 +380,10 @@ def assemble(
         feed,
         retention_versions=settings.retention_versions,
     )
+    registry.guarded = settings.guard_enabled
+    guard = RolloutGuard(
+        swapper, notifier, GuardOptions.of(settings), leading=lambda: leadership.is_leader
+    )
     trigger = RetrainTrigger(
         db,
         registry,
@@ -349,7 +392,8 @@ def assemble(
         learner,
         enabled=settings.retrain_enabled,
         drift_preempts_jobs=settings.drift_preempts_jobs,
-        swap_in_progress=swapper.is_swapping,
+        # A version in shadow is on its way too: a scheduled job waits for its decision.
+        swap_in_progress=lambda: swapper.is_swapping() or guard.shadowing,
         leading=lambda: leadership.is_leader,
     )
     swapper.after_swap.append(trigger.observe_job)
@@ -366,10 +410,11 @@ def assemble(
             trigger.start_deferred_drift,
             RetrainRequests(db, trigger).answer_pending,
             snapshots.tick,
+            guard.tick,
             # What the stream process stores reaches this process's dashboard feed.
             *([StoredFeedRelay(db, feed).tick] if role == "serving" else []),
         ],
-        looks=[swapper.follow_registry],
+        looks=[swapper.follow_registry, guard.follow],
     )
     tail = LogTail(
         lambda: _log_head(db), lambda: learner.applied, lambda: None, settings.log_poll_s
@@ -385,6 +430,7 @@ def assemble(
         tail,
         min_relative_rise=settings.min_relative_drop,
         budget_usd=settings.retrain_budget_usd,
+        guard=guard,
     )
     driftline = Driftline(
         settings=settings,
@@ -406,6 +452,9 @@ def assemble(
         tail=tail,
         background_retrain=background_retrain,
         snapshots=snapshots,
+        event_log=event_log,
+        archiver=_archiver(settings, db, registry, leadership),
+        guard=guard,
     )
     driftline.tail.catch_up = driftline.catch_up
     leadership.on_elected.append(driftline._take_lead)
@@ -428,6 +477,29 @@ def stream_companion(replica_id: str) -> str:
 def _log_head(db: Database) -> int:
     with db.connect() as conn:
         return max_event_id(conn)
+
+
+def _archiver(
+    settings: Settings, db: Database, registry: ModelRegistry, leadership: Leadership
+) -> Archiver | None:
+    """The archiver ``EVENT_RETENTION`` asks for (None: keep every event), archiving
+    while this process leads, under its fencing token."""
+    policy = settings.retention_policy
+    if policy is None:
+        return None
+    options = RetentionOptions(
+        policy,
+        dedup_horizon_s=settings.retention_dedup_horizon_s,
+        keep_newest=max(settings.serving_history_pairs or 0, settings.popular_window),
+        batch_rows=settings.retention_batch_rows,
+    )
+    return Archiver(
+        db,
+        registry.store,
+        options,
+        leading=lambda: leadership.is_leader,
+        fencing_token=leadership.fencing_token,
+    )
 
 
 def _detector(settings: Settings) -> DriftDetector:

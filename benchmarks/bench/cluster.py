@@ -59,7 +59,8 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from benchmarks.cluster import ClusterConfig, LocalCluster, haproxy_available
-from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from benchmarks.datasets import RatingStream
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.load import drive, require_wrk
 
 SIZES = (1, 2, 3)
@@ -436,7 +437,7 @@ def run_cluster(
     from service.settings import Settings
 
     base_url = _requirements()
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    stream = open_ratings(dataset, limit=limit)[0]
     train = min(train_events, len(stream))
     replay_events = Settings().fold_in_replay_events  # what the replicas inherit
     cores = os.cpu_count() or 1

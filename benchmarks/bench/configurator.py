@@ -13,6 +13,11 @@ with the loss the job has already shed (:meth:`ProgressTable.phase`), not with t
 epochs it has run: a job that explored early is behind, as a real one is, and catches
 up as it nears the same floor.
 
+Six more scenarios choose the worker kind (Lambda, GPU containers, the service's own
+process) on windows of 10^5 to 10^7 ratings; they and their figures (``kinds``) are
+:mod:`benchmarks.bench.configurator_kinds`'. ``--quick`` runs everything smaller
+(:func:`run_configurator`), with a progress bar.
+
 Reported, medians over seeds and scenarios (spreads as 25th-75th percentiles):
 
 * ``regret.<method>.<k>``: the k-th decision's true cost per progress over the feasible
@@ -51,13 +56,23 @@ import math
 import os
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
+from benchmarks.bench.configurator_kinds import (
+    KIND_METHODS,
+    KIND_SIZES,
+    KindRun,
+    KindScenario,
+    kind_figures,
+    kind_scenarios,
+    run_kind_task,
+)
 from benchmarks.gpopt.methods import (
     CherryPickConfigurator,
     GridConfigurator,
@@ -71,7 +86,7 @@ from benchmarks.gpopt.progress import ProgressTable, measure_progress
 from benchmarks.gpopt.truth import Truth
 from configurator.base import Configurator, JobContext, Observation
 from configurator.history import History
-from configurator.space import Candidates, EpochConfig, SearchSpace
+from configurator.space import KINDS, Candidates, EpochConfig, SearchSpace
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +131,8 @@ class Scenario:
 
 
 def scenarios(sizes: tuple[int, ...] = SIZES) -> list[Scenario]:
+    if not sizes:
+        return []
     out = []
     for n in sizes:
         for label, q in (("tight", 0.1), ("loose", 0.5)):
@@ -296,21 +313,30 @@ def run_configurator(
     dataset: Path | None = None,
     limit: int | None = None,
     batch_size: int = 500,
-    seeds: int = 30,
-    epochs: int = 50,
+    seeds: int | None = None,
+    epochs: int | None = None,
     target_epochs: int = 20,
     sizes: tuple[int, ...] = SIZES,
-    methods: tuple[str, ...] = METHODS,
+    methods: tuple[str, ...] | None = None,
     space: SearchSpace | None = None,
     progress: ProgressTable | None = None,
-    decision_timing: bool = True,
+    decision_timing: bool | None = None,
     plot: Path | None = None,
     processes: int | None = None,
+    quick: bool = False,
+    kind_sizes: tuple[int, ...] | None = KIND_SIZES,
+    show_progress: bool | None = None,
 ) -> dict[str, Any]:
     """Run the benchmark; returns its figures (see the module docstring).
 
     Seeds run on ``processes`` processes (default: one per core), a scenario's truth
-    built once per process.
+    built once per task. ``quick`` (``--quick``) is a first look in a few minutes on two
+    cores: ``QUICK`` seeds and epochs, the methods of ``QUICK_METHODS``, loss progress
+    measured on a small window (``QUICK_PROGRESS``), no decision timing; flags given
+    explicitly still apply. ``kind_sizes`` are the windows of the worker-kind scenarios
+    (:mod:`benchmarks.bench.configurator_kinds`; None: none). A progress bar goes to
+    the standard error while it runs (``show_progress``; by default when it is a
+    terminal).
 
     BLAS and torch run on one thread each: on a small shared machine their thread pools
     spin against each other and slow every GP fit many times over.
@@ -318,19 +344,66 @@ def run_configurator(
     import torch
     from threadpoolctl import threadpool_limits
 
+    plan = _Plan.of(quick, seeds, epochs, methods, decision_timing)
     torch.set_num_threads(1)
-    with threadpool_limits(1):
+    with threadpool_limits(1), _progress_bar(show_progress) as bar:
         return _run(
-            seeds,
-            epochs,
+            plan.seeds,
+            plan.epochs,
             target_epochs,
             sizes,
-            methods,
+            plan.methods,
             space,
-            progress,
-            decision_timing,
+            progress or (_quick_progress(space, bar) if quick else None),
+            plan.decision_timing,
             plot,
             processes,
+            kind_sizes,
+            bar,
+        )
+
+
+#: ``--quick``: seeds and epochs per job, and the methods run.
+QUICK = (1, 15)
+QUICK_METHODS = ("gp", "analytic_calibrated", "static", "oracle")
+#: ``--quick``'s loss-progress measurement: a window, worker counts and sync ratios.
+QUICK_PROGRESS = (10_000, (8,), (0.5, 0.75, 1.0))
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """Seeds, epochs, methods and decision timing: the given ones, else the defaults or
+    ``--quick``'s."""
+
+    seeds: int
+    epochs: int
+    methods: tuple[str, ...]
+    decision_timing: bool
+
+    @classmethod
+    def of(
+        cls,
+        quick: bool,
+        seeds: int | None,
+        epochs: int | None,
+        methods: tuple[str, ...] | None,
+        decision_timing: bool | None,
+    ) -> _Plan:
+        if quick:
+            return cls(
+                seeds or QUICK[0],
+                epochs or QUICK[1],
+                methods or QUICK_METHODS,
+                bool(decision_timing),
+            )
+        return cls(seeds or 30, epochs or 50, methods or METHODS, decision_timing is not False)
+
+
+def _quick_progress(space: SearchSpace | None, bar: _Bar) -> ProgressTable:
+    window, workers, ratios = QUICK_PROGRESS
+    with bar.stage(f"measuring loss progress on a {window:,}-rating window"):
+        return measure_progress(
+            space or SearchSpace(), window=window, workers=workers, ratios=ratios
         )
 
 
@@ -345,29 +418,45 @@ def _run(
     decision_timing: bool,
     plot: Path | None,
     processes: int | None = None,
+    kind_sizes: tuple[int, ...] | None = None,
+    bar: _Bar | None = None,
 ) -> dict[str, Any]:
+    bar = bar or _Bar(None)
     space = space or SearchSpace()
     started = time.perf_counter()
-    progress = progress or measure_progress(space)
+    if progress is None:
+        with bar.stage("measuring loss progress with the real worker"):
+            progress = measure_progress(space)
     runs: dict[str, list[tuple[Scenario, Run]]] = {m: [] for m in methods}
     ledger = _Ledger(methods, min(target_epochs, epochs))
-    tasks = [
+    parts = _parts(len(scenarios(sizes)) + len(kind_scenarios(kind_sizes or ())), processes)
+    tasks: list[_Task | _KindTask] = [
         _Task(scenario, chunk, epochs, methods, space, progress)
         for scenario in scenarios(sizes)
-        for chunk in _chunks(range(seeds), processes or _processes())
+        for chunk in _chunks(range(seeds), parts)
     ]
-    for task, results in zip(tasks, _map(_run_task, tasks, processes), strict=True):
-        for done, cap in results:
-            for name, run in done.items():
-                if name in runs:
-                    runs[name].append((task.scenario, run))
-            ledger.add(done, cap)
-        log.info(
-            "%s seeds %s done after %.0f s",
-            task.scenario.name,
-            task.seeds,
-            time.perf_counter() - started,
-        )
+    tasks += [
+        _KindTask(scenario, chunk, epochs, KIND_METHODS, space, progress)
+        for scenario in kind_scenarios(kind_sizes or ())
+        for chunk in _chunks(range(seeds), parts)
+    ]
+    kinds: dict[str, list[tuple[dict[str, KindRun], float]]] = {}
+    with bar.stage(f"{len(tasks)} jobs of {seeds} seeds × {epochs} epochs", total=len(tasks)):
+        for task, results in zip(tasks, _map(_run_any, tasks, processes, bar), strict=True):
+            if isinstance(task, _KindTask):
+                kinds.setdefault(task.scenario.name, []).extend(results)
+                continue
+            for done, cap in results:
+                for name, run in done.items():
+                    if name in runs:
+                        runs[name].append((task.scenario, run))
+                ledger.add(done, cap)
+            log.info(
+                "%s seeds %s done after %.0f s",
+                task.scenario.name,
+                task.seeds,
+                time.perf_counter() - started,
+            )
     figures = _report(runs, methods, epochs)
     figures.update(ledger.figures())
     figures.update(
@@ -380,10 +469,14 @@ def _run(
             "progress_noise_sd": progress.noise_sd,
         }
     )
+    if kinds:
+        figures["kinds"] = kind_figures(kinds)
+        figures["kind_candidates"] = len(replace(space, kinds=KINDS))
     if "gp" in methods:
         figures.update(_prediction_quality(runs["gp"]))
     if decision_timing:
-        figures.update(decision_times(space))
+        with bar.stage("timing decisions"):
+            figures.update(decision_times(space))
     if plot is not None:
         figures["regret_plot"] = str(_plot(figures, methods, epochs, plot))
     figures["bench_seconds"] = time.perf_counter() - started
@@ -463,6 +556,34 @@ class _Task:
     progress: ProgressTable
 
 
+@dataclass(frozen=True)
+class _KindTask:
+    """Some seeds of one worker-kind scenario."""
+
+    scenario: KindScenario
+    seeds: tuple[int, ...]
+    epochs: int
+    methods: tuple[str, ...]
+    space: SearchSpace
+    progress: ProgressTable
+
+
+def _run_any(task: _Task | _KindTask) -> list[tuple[Any, float]]:
+    """A task of either kind, torch and BLAS on one thread."""
+    import torch
+    from threadpoolctl import threadpool_limits
+
+    torch.set_num_threads(1)
+    with threadpool_limits(1):
+        if isinstance(task, _KindTask):
+            return list(
+                run_kind_task(
+                    task.scenario, task.seeds, task.epochs, task.methods, task.space, task.progress
+                )
+            )
+        return list(_run_task(task))
+
+
 def _run_task(task: _Task) -> list[tuple[dict[str, Run], float]]:
     """Every method (and the oracle, the yardstick) on each of the task's seeds."""
     import torch
@@ -488,25 +609,122 @@ def _processes() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
+def _parts(scenario_count: int, processes: int | None) -> int:
+    """Seed chunks per scenario: enough tasks for every process, no more (each task
+    builds its scenario's truth, seconds of work)."""
+    workers = processes or _processes()
+    return max(1, math.ceil(workers / max(scenario_count, 1)))
+
+
 def _chunks(seeds: range, parts: int) -> list[tuple[int, ...]]:
     parts = max(1, min(parts, len(seeds)))
     return [tuple(seeds[i::parts]) for i in range(parts)]
 
 
+T = TypeVar("T")
+R = TypeVar("R")
+
+
 def _map(
-    fn: Callable[[_Task], list[tuple[dict[str, Run], float]]],
-    tasks: list[_Task],
-    processes: int | None,
-) -> list[list[tuple[dict[str, Run], float]]]:
-    """``fn`` over ``tasks`` on a pool of processes (in this one when there is one core)."""
+    fn: Callable[[T], R], tasks: list[T], processes: int | None, bar: _Bar | None = None
+) -> list[R]:
+    """``fn`` over ``tasks`` on a pool of processes (in this one when there is one core),
+    the bar advanced as each task ends."""
+    bar = bar or _Bar(None)
     workers = min(processes or _processes(), len(tasks))
     if workers <= 1:
-        return [fn(task) for task in tasks]
-    from concurrent.futures import ProcessPoolExecutor
+        out = []
+        for task in tasks:
+            out.append(fn(task))
+            bar.advance()
+        return out
+    from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-        return list(pool.map(fn, tasks))
+        futures = {pool.submit(fn, task): k for k, task in enumerate(tasks)}
+        results: dict[int, R] = {}
+        for future in as_completed(futures):
+            results[futures[future]] = future.result()
+            bar.advance()
+    return [results[k] for k in range(len(tasks))]
+
+
+class _Bar:
+    """Progress on the standard error: a rich bar (``progress``), a line per stage and
+    per job done where the standard error is no terminal (``plain``), or nothing."""
+
+    def __init__(self, progress: Any, plain: bool = False) -> None:
+        self._progress = progress
+        self._plain = plain
+        self._task: Any = None
+        self._stage: tuple[str, int | None, float, int] | None = None
+
+    @contextmanager
+    def stage(self, what: str, total: int | None = None) -> Iterator[None]:
+        started = time.perf_counter()
+        if self._plain:
+            self._stage = (what, total, started, 0)
+            self._say(f"{what} ...")
+        if self._progress is None:
+            yield
+            if self._plain:
+                self._say(f"{what}: done in {time.perf_counter() - started:.0f} s")
+            return
+        self._task = self._progress.add_task(what, total=total)
+        try:
+            yield
+        finally:
+            self._progress.update(self._task, completed=total or 1, total=total or 1)
+            self._task = None
+
+    def advance(self) -> None:
+        if self._progress is not None and self._task is not None:
+            self._progress.advance(self._task)
+        if self._plain and self._stage is not None:
+            what, total, started, done = self._stage
+            self._stage = (what, total, started, done + 1)
+            self._say(f"{what}: {done + 1}/{total} after {time.perf_counter() - started:.0f} s")
+
+    @staticmethod
+    def _say(line: str) -> None:
+        import sys
+
+        print(f"bench configurator: {line}", file=sys.stderr, flush=True)
+
+
+@contextmanager
+def _progress_bar(show: bool | None) -> Iterator[_Bar]:
+    """A :class:`_Bar` on the standard error, so that ``--json`` output stays one object:
+    a rich bar when ``show`` (None: when the standard error is a terminal; a line per
+    stage and job otherwise), nothing when ``show`` is False."""
+    import sys
+
+    if show is None and not sys.stderr.isatty():
+        yield _Bar(None, plain=True)
+        return
+    if not show and show is not None:
+        yield _Bar(None)
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    columns = (
+        SpinnerColumn(),
+        TextColumn("[progress.description]{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+    )
+    with Progress(*columns, console=Console(stderr=True), transient=False) as progress:
+        yield _Bar(progress)
 
 
 def _median(values: list[float]) -> float | None:

@@ -10,6 +10,13 @@ through the service's pipeline in-process, jobs inline, so the run is reproducib
   measured on one run; their alerts count, the default's also retrain.
 * **fold-in only**: ``RETRAIN_POLICY=never``; the bootstrap version and the online
   fold-in follow the stream alone.
+* **without the guard**: the default settings but ``GUARD_OBSERVE_ONLY``, each version
+  serving at publication (as before the rollout guard), its predecessor measured
+  beside it (``benchmarks.bench.rollout``); the Driftline run above has the guard on.
+* **without refreshes**: the default settings but ``REFRESH_EVENTS=none``, so only drift
+  alerts start jobs and no scheduled swap ever comes. Detection must not depend on
+  refreshes, so each mode of ``REFRESH_MODES`` reports its default detector's alerts
+  (``refresh_modes``); this one runs with the guard on only, to keep the run's length.
 
 river's ``BiasedMF`` learns each batch after Driftline; the never-retrained model is the
 pipeline's static track. RMSE and hit-rate@10 are over the events from the onset on.
@@ -17,8 +24,10 @@ pipeline's static track. RMSE and hit-rate@10 are over the events from the onset
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import tempfile
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +35,9 @@ import numpy as np
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.bench.prequential import _batch
-from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from benchmarks.bench.rollout import UNGUARDED, guard_figures, summarise_over_target
+from benchmarks.datasets import RatingStream
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.scenarios import SCENARIOS, PlantedDrift, plant, synthetic_stream
 from drift import DETECTORS, DriftAlert, DriftDetector, Heartbeat, make_detector
 from drift.detectors import DEFAULT_DETECTOR
@@ -37,6 +48,10 @@ from service.wiring import Driftline, build_driftline
 #: An alert this many events after the onset still counts as detecting it (the
 #: gradual scenario ramps over 20,000 events); a later one is a miss.
 DETECTION_WINDOW = 20_000
+
+#: Settings of each refresh mode the default detector is measured in: scheduled
+#: refreshes (``REFRESH_EVENTS``'s default) and none (jobs on drift alerts only).
+REFRESH_MODES: dict[str, dict[str, Any]] = {"default": {}, "none": {"refresh_events": None}}
 
 
 class ShadowedDetector(DriftDetector):
@@ -186,16 +201,17 @@ def _run_scenario(planted: PlantedDrift, batch_size: int) -> dict[str, Any]:
         river_predictions, river_hit_rate = _replay(pipeline, stream, batch_size, river, since)
         driftline = _segment_figures(pipeline, since)
         primary_alerts = _alerts_of(pipeline)
+        guarded = guard_figures(pipeline)
         pipeline.retrainer.close()
         pipeline.db.dispose()
-    with tempfile.TemporaryDirectory(prefix="driftline-foldin-") as tmp:
-        foldin_pipeline = build_driftline(
-            _settings(tmp, retrain_policy="never"), background_retrain=False
-        )
-        _replay(foldin_pipeline, stream, batch_size, None)
+    with _replayed(stream, batch_size, **UNGUARDED) as unguarded_pipeline:
+        unguarded = _segment_figures(unguarded_pipeline, since)
+        unguarded_figures = guard_figures(unguarded_pipeline)
+    with _replayed(stream, batch_size, **REFRESH_MODES["none"]) as no_refresh_pipeline:
+        without_refresh = _segment_figures(no_refresh_pipeline, since)
+        without_refresh_alerts = _alerts_of(no_refresh_pipeline)
+    with _replayed(stream, batch_size, retrain_policy="never") as foldin_pipeline:
         foldin = _segment_figures(foldin_pipeline, since)
-        foldin_pipeline.retrainer.close()
-        foldin_pipeline.db.dispose()
     detectors = {
         name: _detector_figures(a, onset, len(stream)) for name, a in watched.alerts.items()
     }
@@ -213,12 +229,37 @@ def _run_scenario(planted: PlantedDrift, batch_size: int) -> dict[str, Any]:
         "foldin_only_hit_rate": foldin["hit_rate"],
         "static_hit_rate": driftline["static_hit_rate"],
         "river_hit_rate": river_hit_rate,
+        "unguarded_rmse": unguarded["rmse"],
+        "unguarded_hit_rate": unguarded["hit_rate"],
+        "guard": {"on": guarded, "off": unguarded_figures},
+        "refresh_modes": {
+            "default": detectors[settings.drift_detector],
+            "none": {
+                **_detector_figures(without_refresh_alerts, onset, len(stream)),
+                "rmse": without_refresh["rmse"],
+                "hit_rate": without_refresh["hit_rate"],
+            },
+        },
     }
+
+
+@contextlib.contextmanager
+def _replayed(stream: RatingStream, batch_size: int, **overrides: Any) -> Iterator[Driftline]:
+    """A pipeline with the default settings and ``overrides`` that has learnt ``stream``,
+    jobs inline; closed on exit."""
+    with tempfile.TemporaryDirectory(prefix="driftline-drift-") as tmp:
+        pipeline = build_driftline(_settings(tmp, **overrides), background_retrain=False)
+        try:
+            _replay(pipeline, stream, batch_size, None)
+            yield pipeline
+        finally:
+            pipeline.retrainer.close()
+            pipeline.db.dispose()
 
 
 def _alerts_of(pipeline: Driftline) -> list[DriftAlert]:
     with pipeline.db.connect() as conn:
-        rows = list_alerts(conn, limit=100_000)
+        rows = list_alerts(conn, limit=100_000, kind="drift")
     return [
         DriftAlert(
             metric=row["metric"],
@@ -236,7 +277,7 @@ def _alerts_of(pipeline: Driftline) -> list[DriftAlert]:
 def _streams(dataset: Path | None, limit: int | None) -> dict[str, RatingStream]:
     synthetic = synthetic_stream()
     return {
-        "movielens": load_ratings(dataset or MOVIELENS_SMALL, limit=limit),
+        "movielens": open_ratings(dataset, limit=limit)[0],
         "synthetic": synthetic.head(limit),
     }
 
@@ -244,33 +285,40 @@ def _streams(dataset: Path | None, limit: int | None) -> dict[str, RatingStream]
 def _summary(results: dict[str, dict[str, dict]]) -> dict[str, Any]:
     """Per detector: planted drifts detected, median delay on the sudden scenarios,
     false alarms per 100,000 control events (every stream pooled)."""
-    summary: dict[str, Any] = {}
     names = sorted(
         {name for stream in results.values() for s in stream.values() for name in s["detectors"]}
     )
-    for name in names:
-        planted = [
-            s["detectors"][name]
-            for stream in results.values()
-            for key, s in stream.items()
-            if key != "control"
-        ]
-        sudden = [
-            s["detectors"][name]["delay_events"]
-            for stream in results.values()
-            for key, s in stream.items()
-            if key == "sudden" and s["detectors"][name]["delay_events"] is not None
-        ]
-        controls = [stream["control"] for stream in results.values() if "control" in stream]
-        alarms = sum(c["detectors"][name]["false_alarms"] for c in controls)
-        control_events = sum(c["events"] for c in controls)
-        summary[name] = {
-            "detected": sum(bool(p["detected"]) for p in planted),
-            "planted": len(planted),
-            "median_sudden_delay_events": statistics.median(sudden) if sudden else None,
-            "control_false_alarms_per_100k": 100_000 * alarms / max(control_events, 1),
-        }
-    return summary
+    return {name: _detection(results, lambda s, n=name: s["detectors"][n]) for name in names}
+
+
+def _refresh_summary(results: dict[str, dict[str, dict]]) -> dict[str, Any]:
+    """The default detector's detection in each refresh mode, as ``_summary`` has it."""
+    return {
+        mode: _detection(results, lambda s, m=mode: s["refresh_modes"][m]) for mode in REFRESH_MODES
+    }
+
+
+def _detection(
+    results: dict[str, dict[str, dict]], figures_of: Callable[[dict], dict]
+) -> dict[str, Any]:
+    """Planted drifts found, median delay on the sudden scenarios and false alarms per
+    100,000 control events, of the figures ``figures_of`` picks from each run."""
+    runs = [(key, s, figures_of(s)) for stream in results.values() for key, s in stream.items()]
+    planted = [figures for key, _, figures in runs if key != "control"]
+    sudden = [
+        figures["delay_events"]
+        for key, _, figures in runs
+        if key == "sudden" and figures["delay_events"] is not None
+    ]
+    controls = [(s, figures) for key, s, figures in runs if key == "control"]
+    alarms = sum(figures["false_alarms"] for _, figures in controls)
+    control_events = sum(s["events"] for s, _ in controls)
+    return {
+        "detected": sum(bool(p["detected"]) for p in planted),
+        "planted": len(planted),
+        "median_sudden_delay_events": statistics.median(sudden) if sudden else None,
+        "control_false_alarms_per_100k": 100_000 * alarms / max(control_events, 1),
+    }
 
 
 def run_drift(
@@ -291,9 +339,15 @@ def run_drift(
             **{key: value for key, value in movielens.items() if key != "detectors"},
             "streams": per_stream,
         }
+    runs = [scenario for stream in results.values() for scenario in stream.values()]
     return {
         "default_detector": DEFAULT_DETECTOR,
         "detection_window_events": DETECTION_WINDOW,
         "scenarios": scenarios,
         "summary": _summary(results),
+        "refresh_modes": _refresh_summary(results),
+        "guard": {
+            side: summarise_over_target([run["guard"][side] for run in runs])
+            for side in ("on", "off")
+        },
     }

@@ -42,7 +42,8 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.broker import EmbeddedBroker, create_topic
-from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from benchmarks.datasets import RatingStream
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.launcher import ServerProcess, free_port
 from service.ingest.kafka import EventConsumer
 from service.settings import Settings
@@ -156,6 +157,7 @@ def _kafka(stream: RatingStream, workdir: Path) -> dict[str, float | None]:
         two = _kafka_replicas(broker.bootstrap, stream, workdir, replicas=2)
         settings = Settings(data_dir=workdir / "kafka", retrain_enabled=False)
         pipeline = build_driftline(settings, background_retrain=False)
+        pipeline.kernels_ready.wait()  # loaded at start, as a server does
         consumer = EventConsumer(pipeline, broker.bootstrap, "events")
         thread = threading.Thread(target=consumer.run, daemon=True)
         started = time.perf_counter()
@@ -243,7 +245,7 @@ def run_ingest(
     batch_size: int = HTTP_BATCH,
     clients: int = 4,
 ) -> dict[str, Any]:
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    stream = open_ratings(dataset, limit=limit)[0]
     with tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp:
         workdir = Path(tmp)
         figures: dict[str, Any] = {"events": len(stream), "http_clients": clients}

@@ -26,7 +26,7 @@ from typing import Any
 import httpx
 import numpy as np
 
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.launcher import ServerProcess
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
@@ -54,7 +54,7 @@ def _rss_mb(pid: int) -> float:
 
 
 def _bootstrap(client: httpx.Client, dataset: Path | None) -> None:
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=20_000)
+    stream = open_ratings(dataset, limit=20_000)[0]
     events = list(stream.events())
     for start in range(0, len(events), 5_000):
         client.post("/ingest", json={"events": events[start : start + 5_000]}).raise_for_status()
@@ -99,7 +99,7 @@ def _traced_growth(learn: Any, keys: int) -> int:
 def online_state_bytes(dataset: Path | None = None, keys: int = PER_KEY_SAMPLE) -> dict[str, Any]:
     """Bytes of online state per new user and per new item, at the default settings."""
     settings = Settings()
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=20_000)
+    stream = open_ratings(dataset, limit=20_000)[0]
     model = BiasedMF(factors=settings.factors, seed=0)
     model.fit(stream.user_ids, stream.item_ids, stream.ratings, epochs=2)
     serving = ServingModel(model, "v", max_users=None, max_items=None)

@@ -4,7 +4,12 @@ functions and on VMs, over the four traces (SandPiper (Ali et al.), §V, Figs. 7
 MovieLens ml-latest-small is spread over each trace's two-hour shape in virtual time,
 every event standing for the true arrivals it represents, with sudden drifts planted
 at 40 and 80 minutes; every policy sees the same stream, and a model serves only from
-the moment its job completes (see :mod:`benchmarks.policy_eval`). For each trace ×
+the moment its job completes (see :mod:`benchmarks.policy_eval`). With ``stream``
+"generated" the stream generator draws each trace's true arrivals instead, one event
+each (Berkeley's 539,640 over two hours, WITS' 3,048,840), so the detector sees every
+error the service would, with each event's user in its heartbeats as the service's
+carry; ``limit`` caps the events of a trace above it (Twitter's 24 million), each
+then standing for count / limit arrivals. For each trace ×
 policy × runtime (``sim`` functions, the peak-sized ``vm``, the ``vm-autoscaled``
 fleet) and seed:
 
@@ -28,6 +33,7 @@ with 95 % bootstrap intervals over seeds. Figures are means over seeds.
 from __future__ import annotations
 
 import logging
+import time
 from collections import defaultdict
 from collections.abc import Callable
 from dataclasses import asdict
@@ -37,11 +43,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.datasets import RatingStream, load_ratings
 from benchmarks.policy_eval.figures import RunFigures, bootstrap_ci, cost_at
 from benchmarks.policy_eval.report import write_report
+from benchmarks.policy_eval.run import Scenario
 from benchmarks.policy_eval.runtimes import RUNTIMES, JobModel, PeakVmRuntime
-from benchmarks.policy_eval.stream import movielens
+from benchmarks.policy_eval.stream import STREAMS
 from benchmarks.policy_eval.sweep import boot_variants, run_all, scenario
 from functions.pricing import vm_prices
 
@@ -227,24 +233,34 @@ def run_policies(
     report: Path | None = None,
     traces: tuple[str, ...] = ("wiki", "berkeley", "twitter", "wits"),
     compute_scale: float | None = None,
+    stream: str = "movielens",
 ) -> dict[str, Any]:
     """Run the evaluation; see the module docstring. ``batch_size`` is unused (every
     event is replayed in virtual time). ``compute_scale`` is the work of one sample as
     a multiple of the calibrated 8-factor worker's (default 32): it sets how large the
-    VMs must be, and so how much of a VM idles."""
+    VMs must be, and so how much of a VM idles. ``stream`` is a source of
+    :data:`~benchmarks.policy_eval.stream.STREAMS`; ``limit`` caps its events (per
+    trace for ``generated``)."""
     seeds = 3 if seeds is None else seeds
     horizon = int(round(60 * (120 if minutes is None else minutes)))
-    stream = movielens(limit) if dataset is None else _load(dataset, limit)
+    if stream not in STREAMS:
+        raise ValueError(f"unknown stream {stream!r}; choose from {', '.join(STREAMS)}")
+    source = STREAMS[stream](dataset, limit)
     jobs = JobModel() if compute_scale is None else JobModel(compute_scale=compute_scale)
-    rungs = max(20, min(240, len(stream) // 400))
     results: Results = {}
     boots: dict[str, list[dict[int, dict[str, float]]]] = defaultdict(list)
     sandpiper_vm: dict[str, float] = {}
+    laid: dict[str, dict[str, Any]] = {}
     for trace in traces:
         for seed in range(seeds):
-            scene = scenario(stream, trace, seed, horizon, rungs)
+            started = time.perf_counter()
+            scene = scenario(source, trace, seed, horizon)
+            built = time.perf_counter()
             results[(trace, seed)] = run_all(scene, jobs, seed)
             boots[trace].append(boot_variants(scene, jobs, seed))
+            laid.setdefault(trace, _laid(scene)).setdefault("seconds", []).append(
+                {"scenario": built - started, "replays": time.perf_counter() - built}
+            )
             log.info("bench policies: %s seed %d done", trace, seed)
         sandpiper_vm[trace] = PeakVmRuntime(
             jobs, scene.rates, vm_prices("sandpiper")
@@ -269,8 +285,8 @@ def run_policies(
         "setup": {
             "seeds": seeds,
             "horizon_s": horizon,
-            "events": len(stream),
-            "ladder_rungs": rungs,
+            "stream": stream,
+            "traces": laid,
             "job_model": asdict(jobs),
             "vm_prices": asdict(vm_prices("c5")),
         },
@@ -293,8 +309,14 @@ def _headline(comparisons: dict[str, dict[str, dict[str, Any]]]) -> dict[str, An
     }
 
 
-def _load(dataset: Path, limit: int | None) -> RatingStream:
-    return load_ratings(dataset, limit=limit)
+def _laid(scene: Scenario) -> dict[str, Any]:
+    """What a trace's stream was: events, the true arrivals each stands for, rungs."""
+    return {
+        "events": int(scene.times.size),
+        "weight": scene.weight,
+        "ladder_rungs": len(scene.ladder.hits),
+        "ladder_step": scene.ladder.step,
+    }
 
 
 __all__ = ["run_policies"]

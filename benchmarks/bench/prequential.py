@@ -15,6 +15,12 @@ static track, popular items, the drift monitor and the trigger. River keeps no s
 so the learning path is what compares with its learn rate like for like
 (``learning_path_ratio_to_river``); ``driftline bench ingest`` holds storage to its own
 target.
+
+The stream runs twice: with the rollout guard (the default; the figures above) and
+without it (``unguarded``: each version serves at publication), side by side, with what
+the guard decided and each promoted version's accuracy against its predecessor's
+(``benchmarks.bench.rollout``); ``shadow_cost`` times the learning path with a version
+in shadow against without one.
 """
 
 from __future__ import annotations
@@ -25,7 +31,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.baselines import RiverTrack
-from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from benchmarks.bench.rollout import UNGUARDED, guard_figures, shadow_cost
+from benchmarks.datasets import RatingStream
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
 from service.settings import Settings
 from service.store.alerts import list_alerts
@@ -73,10 +81,28 @@ def _replay(
 def run_prequential(
     dataset: Path | None = None, limit: int | None = None, batch_size: int = 500
 ) -> dict[str, Any]:
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    stream, found = open_ratings(dataset, limit=limit)
+    result = _run(stream, batch_size)
+    unguarded = _run(stream, batch_size, **UNGUARDED)
+    return {
+        "dataset": found.label,
+        **result,
+        "unguarded": {
+            key: value
+            for key, value in unguarded.items()
+            if key.startswith(("driftline_", "learning_path", "alerts", "retrains", "model_"))
+            or key in ("guard", "static_rmse")
+        },
+        "shadow_cost": shadow_cost(stream, batch_size),
+    }
+
+
+def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, Any]:
+    """One replay through a pipeline with the default settings and ``overrides``."""
     with tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp:
-        settings = Settings(data_dir=Path(tmp), retrain_runtime="inprocess")
+        settings = Settings(data_dir=Path(tmp), retrain_runtime="inprocess", **overrides)
         pipeline = build_driftline(settings, background_retrain=False)
+        pipeline.kernels_ready.wait()  # loaded at start, as a server does
         store = StageClock()
         store.wrap("store", pipeline.writer, "store")
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
@@ -85,14 +111,15 @@ def run_prequential(
         # the ingest path (the job thread, the registry follower), so both are excluded.
         retrain_s = pipeline.retrainer.training_seconds + pipeline.swapper.swap_seconds
         with pipeline.db.connect() as conn:
-            alerts = len(list_alerts(conn, limit=100_000))
+            alerts = len(list_alerts(conn, limit=100_000, kind="drift"))
             retrains = count_jobs(conn, status="succeeded")
         versions = len(pipeline.registry.versions())
         summary = pipeline.learner.tracker.summary()
         ranking = pipeline.learner.ranking.tracker
+        guard = guard_figures(pipeline)
+        pipeline.retrainer.close()
         pipeline.db.dispose()
     return {
-        "dataset": str(dataset or MOVIELENS_SMALL.name),
         "events": len(stream),
         "batch_size": batch_size,
         "driftline_rmse": summary["driftline"]["rmse"],
@@ -119,4 +146,5 @@ def run_prequential(
         "retrain_s": retrain_s,
         "ranking_s": pipeline.learner.ranking.seconds,
         "river_events_per_s": river.events_per_s,
+        "guard": guard,
     }

@@ -42,7 +42,8 @@ import numpy as np
 
 from benchmarks.bench.catalogue import run_catalogue
 from benchmarks.bench.prequential import _batch
-from benchmarks.datasets import MOVIELENS_SMALL, RatingStream, load_ratings
+from benchmarks.datasets import RatingStream
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.load import LoadResult, drive, require_wrk
 from benchmarks.naive_serving import save_arrays
@@ -328,7 +329,7 @@ def run_serve(
     """Every phase in one run; see the module docstring. The ingestion phase posts
     ``batch_size`` events a request, as ``driftline replay`` does by default."""
     require_wrk()
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    stream = open_ratings(dataset, limit=limit)[0]
     figures: dict[str, Any] = {"connections": CONNECTIONS, "seconds": seconds}
     with tempfile.TemporaryDirectory(prefix="driftline-bench-serve-") as tmp:
         prepared = _prepare(stream, Path(tmp))

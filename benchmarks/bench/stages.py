@@ -30,7 +30,7 @@ from typing import Any
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.bench.prequential import _batch, _replay
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
 from service.settings import Settings
 from service.wiring import Driftline, build_driftline
@@ -66,7 +66,7 @@ def _instrument(pipeline: Driftline, clock: StageClock) -> None:
 def run_stages(
     dataset: Path | None = None, limit: int | None = None, batch_size: int = 500
 ) -> dict[str, Any]:
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit)
+    stream, found = open_ratings(dataset, limit=limit)
     warm = int(len(stream) * WARM_SHARE)
     with tempfile.TemporaryDirectory(prefix="driftline-bench-stages-") as tmp:
         settings = Settings(
@@ -76,6 +76,7 @@ def run_stages(
             refresh_events=None,
         )
         pipeline = build_driftline(settings, background_retrain=False)
+        pipeline.kernels_ready.wait()  # loaded at start, as a server does
         for start in range(0, warm, batch_size):
             pipeline.ingest(_batch(stream, start, min(warm, start + batch_size)))
         pipeline.retrain_now("bench")
@@ -89,7 +90,7 @@ def run_stages(
     per_event = {stage: clock.seconds[stage] / events * 1e6 for stage in STAGES}
     per_event["other"] = total / events * 1e6 - sum(per_event.values())
     return {
-        "dataset": str(dataset or MOVIELENS_SMALL.name),
+        "dataset": found.label,
         "events_timed": events,
         "batch_size": batch_size,
         **{f"{stage}_us_per_event": round(us, 2) for stage, us in per_event.items()},

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.datasets.registry import open_ratings
 from configurator.space import EpochConfig
 from functions.handler import handler
 from functions.mf import BiasedMF
@@ -181,7 +181,7 @@ def run_sync(
     max_epochs: int = 40,
     simulated_workers: tuple[int, ...] | list[int] = SIMULATED_WORKERS,
 ) -> dict[str, Any]:
-    stream = load_ratings(dataset or MOVIELENS_SMALL, limit=limit or 30_000)
+    stream = open_ratings(dataset, limit=limit or 30_000)[0]
     window = RatingsWindow(stream.user_ids, stream.item_ids, stream.ratings)
     train, holdout = window.split_holdout()
     figures: dict[str, Any] = {

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.datasets.registry import open_ratings
 from configurator.space import Candidates, EpochConfig, SearchSpace
 from functions.handler import handler
 from functions.mf import BiasedMF
@@ -123,7 +123,7 @@ def _check_whole_kappas(workers: tuple[int, ...], ratios: tuple[float, ...]) -> 
 
 
 def _window(limit: int) -> RatingsWindow:
-    stream = load_ratings(MOVIELENS_SMALL, limit=limit)
+    stream = open_ratings(limit=limit)[0]
     return RatingsWindow(stream.user_ids, stream.item_ids, stream.ratings)
 
 

@@ -19,14 +19,15 @@ SUSTAINED = 5
 
 def serving_errors(scenario: Scenario, run: Run) -> np.ndarray:
     """Each event's squared error under the model serving when it arrived (events
-    from the bootstrap on; earlier ones are NaN)."""
+    from the bootstrap on; earlier ones are NaN), shape (n,). Between two swaps one rung
+    serves, so its errors are asked for that span at once."""
     ladder, times = scenario.ladder, scenario.times
-    swap_times = np.asarray(run.swap_times)
-    rungs = np.array([ladder.rung(end) for end in run.swap_data_ends])
-    serving = np.searchsorted(swap_times, times, side="right") - 1
+    starts = np.searchsorted(times, np.asarray(run.swap_times), side="left")
+    ends = np.r_[starts[1:], times.size]
     errors = np.full(times.size, np.nan)
-    live = serving >= 0
-    errors[live] = ladder.errors[rungs[serving[live]], np.flatnonzero(live)]
+    for data_end, start, end in zip(run.swap_data_ends, starts, ends, strict=True):
+        if end > start:
+            errors[start:end] = ladder.errors[ladder.rung(data_end), int(start) : int(end)]
     return errors
 
 
@@ -46,12 +47,17 @@ def window_rmse(scenario: Scenario, errors: np.ndarray) -> np.ndarray:
     """RMSE per heartbeat window (NaN where a window has no evaluated event)."""
     edges = np.linspace(scenario.start_s, scenario.horizon_s, WINDOWS + 1)
     which = np.searchsorted(edges, scenario.times, side="right") - 1
+    kept = (which >= 0) & (which < WINDOWS) & ~np.isnan(errors)
+    sums = np.bincount(which[kept], weights=errors[kept], minlength=WINDOWS)[:WINDOWS]
+    counts = np.bincount(which[kept], minlength=WINDOWS)[:WINDOWS]
     out = np.full(WINDOWS, np.nan)
-    for w in range(WINDOWS):
-        chosen = errors[(which == w) & ~np.isnan(errors)]
-        if chosen.size:
-            out[w] = np.sqrt(chosen.mean())
+    np.sqrt(sums / counts, out=out, where=counts > 0)
     return out
+
+
+def serving_windows(scenario: Scenario, run: Run) -> np.ndarray:
+    """``run``'s RMSE per heartbeat window: the yardstick best-effort's, computed once."""
+    return window_rmse(scenario, serving_errors(scenario, run))
 
 
 def incorporation_latency(scenario: Scenario, run: Run) -> float:
@@ -120,10 +126,15 @@ class RunFigures:
     reaction_s: float
 
 
-def run_figures(scenario: Scenario, run: Run, best_effort: Run) -> RunFigures:
+def run_figures(scenario: Scenario, run: Run, best_effort: Run | np.ndarray) -> RunFigures:
+    """``run``'s figures against ``best_effort``'s replay, or its :func:`serving_windows`."""
     errors = serving_errors(scenario, run)
     mine = window_rmse(scenario, errors)
-    theirs = window_rmse(scenario, serving_errors(scenario, best_effort))
+    theirs = (
+        best_effort
+        if isinstance(best_effort, np.ndarray)
+        else serving_windows(scenario, best_effort)
+    )
     accuracy = theirs / mine
     valid = accuracy[~np.isnan(accuracy)]
     arrivals = scenario.weight * scenario.times.size

@@ -94,8 +94,21 @@ def _trace_table(trace: str, block: dict[str, Any]) -> list[str]:
     return [*lines, ""]
 
 
+def _setup(setup: dict[str, Any]) -> list[str]:
+    """What was replayed: the stream, and per trace its events and what each stands for."""
+    if "stream" not in setup:
+        return []
+    traces = "; ".join(
+        f"{trace} {laid['events']:,} events, "
+        + ("one arrival each" if laid["weight"] == 1 else f"{laid['weight']:.3g} arrivals each")
+        for trace, laid in setup.get("traces", {}).items()
+    )
+    return [f"Stream: {setup['stream']}, {setup.get('seeds')} seeds; {traces}.", ""]
+
+
 def markdown(result: dict[str, Any], plots: list[Path]) -> str:
     lines = ["# bench policies", ""]
+    lines += _setup(result.get("setup", {}))
     lines += [f"![{p.stem}]({p.name})" for p in plots] + [""]
     lines += [
         "## Comparisons per trace (mean over seeds [95 % bootstrap CI]; recovery: seconds "

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from benchmarks.policy_eval.ladder import Ladder
 from benchmarks.policy_eval.runtimes import JobModel, JobRuntime
-from benchmarks.policy_eval.stream import Ladder
 from drift import DriftDetector
 from drift.heartbeat import Heartbeat
 from retrain.policies import TriggerPolicy
@@ -39,6 +39,9 @@ class Scenario:
     ladder: Ladder
     onsets_s: tuple[float, ...]
     rates: np.ndarray
+    #: Each event's 16-bit user key (n, uint16), which the heartbeats carry as the
+    #: service's do; None where an event stands for many arrivals and so no one user.
+    user_keys: np.ndarray | None = None
 
     @property
     def start_s(self) -> float:
@@ -67,16 +70,22 @@ class Run:
 
 
 class _Monitor:
-    """Feeds the serving model's errors to a detector in heartbeats, as the service does."""
+    """Feeds the serving model's errors to a detector in heartbeats, as the service does
+    (with each event's user key where the scenario has them)."""
 
-    def __init__(self, detector: DriftDetector) -> None:
+    def __init__(self, detector: DriftDetector, keys: np.ndarray | None) -> None:
         self.detector = detector
+        self.keys = keys
         self.pending: list[np.ndarray] = []
         self.count = 0
         self.index = 0
         self.seen = 0
+        self.first = -1  # the event of the first pending error
 
-    def feed(self, errors: np.ndarray) -> bool:
+    def feed(self, errors: np.ndarray, first: int) -> bool:
+        """Take the errors of events ``first`` to ``first + errors.size - 1``."""
+        if self.count == 0:
+            self.first = first
         self.pending.append(errors)
         self.count += errors.size
         alerted = False
@@ -85,8 +94,12 @@ class _Monitor:
             beat, rest = joined[:HEARTBEAT_EVENTS], joined[HEARTBEAT_EVENTS:]
             self.pending, self.count = [rest], rest.size
             self.seen += beat.size
+            keys = np.empty(0, dtype=np.uint16)
+            if self.keys is not None:
+                keys = self.keys[self.first : self.first + beat.size]
+            self.first += beat.size
             heartbeat = Heartbeat(
-                self.index, beat.size, self.seen, float(np.sqrt(beat.mean())), beat
+                self.index, beat.size, self.seen, float(np.sqrt(beat.mean())), beat, keys
             )
             self.index += 1
             alerted = self.detector.update(heartbeat) is not None or alerted
@@ -104,7 +117,7 @@ def replay(
     ``jobs`` sets how much history a job adds (the default job model's, if None)."""
     jobs = jobs or JobModel()
     ladder, times, weight = scenario.ladder, scenario.times, scenario.weight
-    monitor = None if detector is None else _Monitor(detector)
+    monitor = None if detector is None else _Monitor(detector, scenario.user_keys)
     run = Run(swap_times=[scenario.start_s], swap_data_ends=[ladder.bootstrap])
     arrived = last_end = ladder.bootstrap
     seen_at_swap, rung = arrived, 0
@@ -123,7 +136,7 @@ def replay(
             running = None
         policy.observe_events((due - arrived) * weight, float(now))
         if monitor is not None and due > arrived:
-            alert = monitor.feed(ladder.errors[rung, arrived:due]) or alert
+            alert = monitor.feed(ladder.errors[rung, arrived:due], arrived) or alert
         arrived = due
         if running is not None:
             continue

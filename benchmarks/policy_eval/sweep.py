@@ -7,16 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.datasets import RatingStream
-from benchmarks.policy_eval.figures import RunFigures, run_figures
+from benchmarks.policy_eval.figures import RunFigures, run_figures, serving_windows
+from benchmarks.policy_eval.ladder import build_ladder
 from benchmarks.policy_eval.run import Run, Scenario, replay
 from benchmarks.policy_eval.runtimes import RUNTIMES, JobModel
-from benchmarks.policy_eval.stream import (
-    DRIFT_FRACTIONS,
-    arrival_times,
-    build_ladder,
-    drifted_stream,
-)
+from benchmarks.policy_eval.stream import DRIFT_FRACTIONS, StreamSource
 from benchmarks.traces import make_trace
 from drift import DriftDetector, make_detector
 from functions.pricing import vm_prices
@@ -55,19 +50,20 @@ def sweep(mean_rate: float) -> list[Setting]:
 
 
 def scenario(
-    stream: RatingStream, trace_name: str, seed: int, horizon_s: int, rungs: int
+    source: StreamSource, trace_name: str, seed: int, horizon_s: int, rungs: int | None = None
 ) -> Scenario:
-    """``stream`` over the trace's shape for ``horizon_s`` seconds, drifts planted at
-    40 and 80 minutes (a third and two thirds of the horizon), its ladder trained."""
+    """The ``source``'s stream over the trace's shape for ``horizon_s`` seconds, drifts
+    planted at 40 and 80 minutes (a third and two thirds of the horizon), its ladder
+    trained (``rungs``: by default one per 400 events, from 20 to 240)."""
     trace = make_trace(trace_name, seed=seed, period_s=horizon_s)
-    times = arrival_times(trace, len(stream))
     onsets_s = tuple(f * horizon_s for f in DRIFT_FRACTIONS)
-    onsets = tuple(int(np.searchsorted(times, t)) for t in onsets_s)
-    drifted = drifted_stream(stream, onsets, seed)
-    ladder = build_ladder(drifted.stream, bootstrap=len(stream) // 20, rungs=rungs, seed=seed)
-    rates = np.array([trace.rate(t) for t in range(horizon_s)])
-    weight = trace.cumulative(horizon_s) / len(stream)
-    return Scenario(times, weight, horizon_s, ladder, onsets_s, rates)
+    laid = source(trace, seed, onsets_s)
+    n = len(laid.stream)
+    rungs = max(20, min(240, n // 400)) if rungs is None else rungs
+    ladder = build_ladder(laid.stream, bootstrap=n // 20, rungs=rungs, seed=seed)
+    rates = trace.rates[:horizon_s].astype(float)
+    keys = None if laid.weight > 1 else (laid.stream.users & 0xFFFF).astype(np.uint16)
+    return Scenario(laid.times, laid.weight, horizon_s, ladder, onsets_s, rates, keys)
 
 
 def _detector(setting: Setting) -> DriftDetector | None:
@@ -94,9 +90,10 @@ def run_all(
     out: dict[tuple[str, str, str], RunFigures] = {}
     for runtime in RUNTIMES:
         best = _replay(scene, Setting("best-effort", "-", {}), runtime, jobs, seed, boot_s)
+        yardstick = serving_windows(scene, best)
         for setting in sweep(mean_rate):
             run = _replay(scene, setting, runtime, jobs, seed, boot_s)
-            out[(setting.policy, setting.label, runtime)] = run_figures(scene, run, best)
+            out[(setting.policy, setting.label, runtime)] = run_figures(scene, run, yardstick)
     return out
 
 

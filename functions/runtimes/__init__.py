@@ -1,4 +1,5 @@
-"""Function runtimes: where workers run (``local``, ``lambda``, ``gpu``, ``sim``, ``thread``)."""
+"""Function runtimes: where workers run (``local``, ``lambda``, ``gpu``, ``ray``, ``sim``,
+``thread``)."""
 
 from functions.runtimes.aws import LambdaRuntime, parse_report
 from functions.runtimes.base import (
@@ -13,6 +14,7 @@ from functions.runtimes.base import (
     register_runtime,
 )
 from functions.runtimes.local import LocalRuntime
+from functions.runtimes.ray import RayRuntime
 from functions.runtimes.sim import PerformanceModel, SimRuntime
 from functions.runtimes.thread import ThreadRuntime
 
@@ -22,6 +24,7 @@ __all__ = [
     "OUT_OF_MEMORY",
     "PerformanceModel",
     "RUNTIMES",
+    "RayRuntime",
     "TIMEOUT",
     "InvocationRecord",
     "LambdaRuntime",

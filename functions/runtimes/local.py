@@ -33,7 +33,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from multiprocessing.connection import Connection
 from typing import Any
 
-from functions.pricing import LambdaPrices, lambda_prices
+from functions.pricing import Meter, lambda_prices
 from functions.runtimes.base import (
     ERROR,
     OK,
@@ -139,7 +139,8 @@ class LocalRuntime(Runtime):
     handler
         ``module:function`` each container imports.
     prices
-        The meter; Lambda's x86 prices by default.
+        The meter; Lambda's x86 prices by default (a GPU type's for the torch workers of
+        a GPU kind: :class:`~functions.pricing.GpuMeter`).
     slowdown
         Straggler injection for experiments: called once per invocation, returns the
         factor by which that invocation runs slower (1.0: normal speed).
@@ -153,7 +154,7 @@ class LocalRuntime(Runtime):
         self,
         concurrency: int | None = None,
         handler: str = DEFAULT_HANDLER,
-        prices: LambdaPrices | None = None,
+        prices: Meter | None = None,
         slowdown: Callable[[], float] | None = None,
         niceness: int = DEFAULT_NICENESS,
     ) -> None:
@@ -161,7 +162,7 @@ class LocalRuntime(Runtime):
         self.niceness = niceness
         self.slowdown = slowdown
         self.handler = handler
-        self.prices = prices or lambda_prices()
+        self.prices: Meter = prices or lambda_prices()
         self.records: list[InvocationRecord] = []
         self._pool = ThreadPoolExecutor(self.concurrency, thread_name_prefix="local-runtime")
         self._warm: dict[int, queue.SimpleQueue[_Container]] = {}

@@ -1,10 +1,17 @@
-"""Alert delivery: notices of drift, failed jobs and spent budgets, sent to a webhook."""
+"""Alert delivery: notices of drift, failed jobs, spent budgets and the rollout guard's
+held and rolled-back versions, sent to a webhook."""
 
 from __future__ import annotations
 
 from typing import Protocol
 
-from service.alerting.notices import budget_notice, drift_notice, job_failed_notice
+from service.alerting.notices import (
+    budget_notice,
+    drift_notice,
+    job_failed_notice,
+    version_held_notice,
+    version_rolled_back_notice,
+)
 from service.alerting.webhook import AlertWebhook, Delivery, Notice, NoWebhook, slack_message
 from service.metrics import Metrics
 from service.settings import Settings
@@ -20,6 +27,8 @@ __all__ = [
     "job_failed_notice",
     "make_notifier",
     "slack_message",
+    "version_held_notice",
+    "version_rolled_back_notice",
 ]
 
 

@@ -47,3 +47,23 @@ def budget_notice(job_id: int, cost_usd: float | None, budget_usd: float | None)
         "(RETRAIN_BUDGET_USD); its model was published as trained so far.",
         {"job": f"/jobs/{job_id}", "spent": spent, "budget": limit},
     )
+
+
+def version_held_notice(version: str, serving: str | None, reason: str) -> Notice:
+    """A version the rollout guard did not promote; one per version."""
+    return Notice(
+        "version_held",
+        version,
+        f"Model {version} was held in shadow and does not serve: {reason}.",
+        {"model": version, "serving": str(serving), "versions": "/dashboard/versions"},
+    )
+
+
+def version_rolled_back_notice(version: str, to_version: str, reason: str) -> Notice:
+    """A promoted version the rollout guard rolled back on its own; one per version."""
+    return Notice(
+        "version_rolled_back",
+        version,
+        f"Model {version} was rolled back to {to_version} by the rollout guard: {reason}.",
+        {"model": version, "serving": to_version, "versions": "/dashboard/versions"},
+    )

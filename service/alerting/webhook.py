@@ -1,6 +1,7 @@
 """Alert delivery to a Slack-compatible webhook, off the ingest path.
 
-What raises a notice (a drift alert, a failed job, a job stopped by its budget) runs on
+What raises a notice (a drift alert, a failed job, a job stopped by its budget, a
+version the rollout guard held or rolled back) runs on
 the ingest path or in a job thread, so ``notify`` only decides and enqueues: a notice
 with the same kind and key as one sent within ``cooldown_s`` is suppressed (one drift
 alert on a flapping metric pages once, not every heartbeat); others go into a bounded
@@ -42,6 +43,8 @@ HEADINGS = {
     "drift": "Drift alert",
     "job_failed": "Retraining job failed",
     "budget": "Retraining budget exhausted",
+    "version_held": "Model version held",
+    "version_rolled_back": "Model version rolled back",
 }
 
 

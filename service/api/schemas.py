@@ -67,6 +67,9 @@ class AlertPublic(BaseModel):
     retrain_job_id: int | None
     acknowledged_at: float | None = Field(None, description="When an admin acknowledged it")
     acknowledged_by: str | None = Field(None, description="The key that acknowledged it")
+    kind: str = Field(
+        "drift", description="drift (the monitor's) or rollback (the rollout guard's)"
+    )
 
 
 class AlertsPublic(BaseModel):
@@ -157,6 +160,55 @@ class AlertDetailPublic(AlertPublic):
     )
 
 
+class IntervalPublic(BaseModel):
+    """A difference, new minus old, with its interval at the comparison's confidence."""
+
+    estimate: float | None
+    low: float | None = Field(description="None: not bounded yet (fewer than two users).")
+    high: float | None = Field(description="None: not bounded yet (fewer than two users).")
+
+
+class ComparisonPublic(BaseModel):
+    """Two versions on the same live events, new minus old, users as the unit."""
+
+    role: str = Field(description="candidate (shadow before promotion) or previous (watch).")
+    compared_with: str | None = Field(description="The version on the other side.")
+    events_compared: int
+    users: int
+    ranked_events: int = Field(description="Events of the ranking sample among them.")
+    confidence: float
+    old_rmse: float | None = Field(description="The old version's RMSE on these events.")
+    old_hit_rate: float | None
+    rmse_diff: IntervalPublic | None = Field(description="RMSE, relative (-0.01: 1 % lower).")
+    hit_rate_diff: IntervalPublic | None = Field(description="Hit-rate@10, absolute.")
+    ndcg_diff: IntervalPublic | None = Field(description="NDCG@10, absolute.")
+    decision: str | None = Field(
+        description="promote, hold, keep, roll_back or served; None while comparing."
+    )
+    reason: str | None
+
+
+class GuardPublic(BaseModel):
+    """The rollout guard's record of a version published while another served."""
+
+    state: str = Field(description="shadow, held, watch, kept or rolled_back.")
+    compared_with: str | None = Field(description="The version serving beside it in shadow.")
+    published_at: float
+    decided_at: float | None = None
+    promoted_at: float | None = None
+    watch_ended_at: float | None = None
+    events_compared: int = Field(0, description="In shadow: events compared so far.")
+    rmse_diff: IntervalPublic | None = Field(None, description="The shadow's, relative.")
+    hit_rate_diff: IntervalPublic | None = None
+    ndcg_diff: IntervalPublic | None = None
+    decision: str | None = None
+    reason: str | None = None
+    shadow: ComparisonPublic | None = Field(None, description="Against the serving version.")
+    watch: ComparisonPublic | None = Field(
+        None, description="After promotion, against the version it replaced."
+    )
+
+
 class VersionPublic(BaseModel):
     version: str
     created_at: float
@@ -171,12 +223,15 @@ class VersionPublic(BaseModel):
     serving: list[ServingIntervalPublic] = Field(
         default_factory=list, description="When the version served, oldest first."
     )
+    guard: GuardPublic | None = Field(
+        None, description="The rollout guard's shadow and watch (None: served at publication)."
+    )
 
 
 class ServingIntervalPublic(BaseModel):
     started_at: float
     ended_at: float | None = Field(description="None: the version still serves.")
-    trigger: str = Field(description="What made it serve: publish or rollback.")
+    trigger: str = Field(description="What made it serve: publish, promote or rollback.")
 
 
 class RollbackPublic(BaseModel):

@@ -52,7 +52,22 @@ def _number(value: Any, digits: int = 4) -> str:
     return str(value)
 
 
-ENVIRONMENT.filters.update(when=_when, age=_age, number=_number)
+def _diff(interval: dict[str, Any] | None, relative: bool = True) -> str:
+    """A difference with its interval: ``+0.4 % [-0.2 %, +1.0 %]`` (relative) or
+    ``+0.003 [-0.010, +0.016]``; a dash for none, ``∞`` for an unbounded side."""
+    if not interval or interval.get("estimate") is None:
+        return "–"
+
+    def shown(value: float | None, side: str) -> str:
+        if value is None:
+            return side + "∞"
+        return f"{value * 100:+.1f} %" if relative else f"{value:+.3f}"
+
+    estimate = shown(interval["estimate"], "")
+    return f"{estimate} [{shown(interval.get('low'), '-')}, {shown(interval.get('high'), '+')}]"
+
+
+ENVIRONMENT.filters.update(when=_when, age=_age, number=_number, diff=_diff)
 
 
 def render(template: str, **context: Any) -> str:

@@ -141,6 +141,7 @@ def overview(
         "alerts": alerts,
         "jobs": jobs[:RECENT],
         "heartbeats": [_heartbeat(b) for b in beats[-RECENT:]][::-1],
+        "rollout": reads.in_rollout(),
     }
 
 
@@ -214,8 +215,8 @@ def _epoch_row(epoch: dict[str, Any]) -> dict[str, Any]:
 
 
 def versions_page(reads: StreamReads) -> dict[str, Any]:
-    """Every kept version with its lineage, accuracy and when it served (the registry
-    ``/models`` reads, with each version's job)."""
+    """Every kept version with its lineage, accuracy, when it served and its rollout
+    (the registry ``/models`` reads, with each version's job)."""
     registry = reads.registry
     served: dict[str, list[dict[str, Any]]] = {}
     for interval in registry.serving_intervals():
@@ -230,6 +231,7 @@ def versions_page(reads: StreamReads) -> dict[str, Any]:
         jobs = {j["id"]: j for j in list_jobs(conn, 1000)}
     live = _live_rmse(reads.heartbeats())
     current = reads.serving_version
+    guarded = reads.rollouts()
     rows = []
     for version in registry.versions():
         job = jobs.get(version["job_id"]) if version["job_id"] is not None else None
@@ -241,6 +243,7 @@ def versions_page(reads: StreamReads) -> dict[str, Any]:
                 "trigger": None if job is None else job.get("trigger"),
                 "live_rmse": live.get(version["version"]),
                 "serving_now": version["version"] == current,
+                "guard": guarded.get(version["version"]),
             }
         )
     return {"current": current, "versions": rows, "rollbacks": registry.rollbacks()}

@@ -8,8 +8,14 @@ events and installs it under the lock; the monitor learns of the swap in the sam
 step, the policy right after. Old versions' artifacts are pruned after each swap
 (``RETENTION_VERSIONS``).
 
+With the rollout guard (``service.rollout.guard``), a published version is not the
+registry's target until the guard promotes it; the guard installs the state its shadow
+kept current (``install_prepared``), a swap without a rebuild, and the swapper's
+follower serves promotions and the guard's rollbacks on the other replicas as it
+serves any target.
+
 Ownership: ``registry_lock`` is held while choosing and swapping in the registry's
-target, so a rollback and the follower never swap against each other.
+target, so a rollback, the guard and the follower never swap against each other.
 """
 
 from __future__ import annotations
@@ -17,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
@@ -68,6 +74,8 @@ class VersionSwapper:
         self.retention_versions = retention_versions
         #: Called with each version once it serves (outside the learner's lock).
         self.after_swap: list[Callable[[LoadedVersion], None]] = []
+        #: More versions retention must keep (the rollout guard's shadow and watch).
+        self.protected_by: list[Callable[[], Iterable[str]]] = []
         self.registry_lock = threading.Lock()
         #: Time spent building serving states for new versions.
         self.swap_seconds = 0.0
@@ -83,16 +91,30 @@ class VersionSwapper:
         being served by the old version until the switch.
         """
         began = time.perf_counter()
+        learner = self.learner
+        next_state = self.builder.build(loaded, lambda: learner.applied)
+
+        def install() -> None:
+            self.builder.catch_up(next_state, learner.applied)
+            learner.install(next_state.serving, loaded)
+
+        self.install_prepared(loaded, trigger, install)
+        self.swap_seconds += time.perf_counter() - began
+
+    def install_prepared(
+        self, loaded: LoadedVersion, trigger: str | None, install: Callable[[], None]
+    ) -> None:
+        """Serve ``loaded`` from a state made ready already: ``install`` puts it in
+        place under the learner's lock (a swap's built state, or a shadow the rollout
+        guard promotes or rolls back to); the monitor, the live feed, the listeners and
+        the metrics hear of it as of any swap. ``trigger`` as for ``swap``."""
         why = trigger or self._job_trigger(loaded)  # also the live feed's swap event's
         continues_regime = self._continues_regime(why, explicit=trigger is not None)
         learner = self.learner
-        next_state = self.builder.build(loaded, lambda: learner.applied)
         with learner.lock:
-            self.builder.catch_up(next_state, learner.applied)
-            learner.install(next_state.serving, loaded)
+            install()
             self.monitor.on_swap(loaded.version, continues_regime)
             events_seen = learner.labelled_seen
-        self.swap_seconds += time.perf_counter() - began
         self.feed.publish(
             "swap", {"version": loaded.version, "events_seen": events_seen, "trigger": why}
         )
@@ -159,6 +181,8 @@ class VersionSwapper:
         those running jobs build on (here or in another process sharing the database)."""
         try:
             protected = {self.learner.serving.version, *self.retrainer.protected_versions()}
+            for more in self.protected_by:
+                protected.update(more())
             oldest = self.registry.versions(include_deleted=False)[-1:]
             protected.update(row["version"] for row in oldest)
             self.registry.prune(self.retention_versions, {v for v in protected if v})

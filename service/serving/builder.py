@@ -20,6 +20,7 @@ from service.serving.index import IndexOptions, build_index
 from service.serving.model import ServingModel
 from service.serving.registry import LoadedVersion
 from service.store import Database
+from service.store.eventlog import EventLog
 from service.store.events import labelled_events
 
 log = logging.getLogger(__name__)
@@ -62,10 +63,18 @@ class NextServing:
 class ServingBuilder:
     """Builds serving states from versions and the event store."""
 
-    def __init__(self, db: Database, options: FoldInOptions, index_options: IndexOptions) -> None:
+    def __init__(
+        self,
+        db: Database,
+        options: FoldInOptions,
+        index_options: IndexOptions,
+        event_log: EventLog | None = None,
+    ) -> None:
         self.db = db
         self.options = options
         self.index_options = index_options
+        #: Reads a replay reaching back past the table into the archive (event retention).
+        self.event_log = event_log
 
     def empty(self) -> ServingModel:
         """The serving state before any version: a running mean plus online biases."""
@@ -89,7 +98,10 @@ class ServingBuilder:
         if upto <= next_state.caught_up_to:
             return 0
         with self.db.connect() as conn:
-            events = labelled_events(conn, after_id=next_state.caught_up_to, up_to_id=upto)
+            if self.event_log is None:
+                events = labelled_events(conn, after_id=next_state.caught_up_to, up_to_id=upto)
+            else:
+                events = self.event_log.labelled(conn, next_state.caught_up_to, upto)
         next_state.serving.learn(events.user_ids, events.item_ids, events.ratings, pause_s)
         next_state.caught_up_to = upto
         return len(events)

@@ -9,6 +9,10 @@ A job publishes at most one version: publishing for a job that already has one r
 that one, so a job resumed after a crash between publishing and recording its success
 does not register the same model twice. Retention (``prune``) deletes the artifacts of
 old versions; their rows stay, marked ``deleted_at``, so the history still shows them.
+
+With the rollout guard (``guarded``), a version published while another serves is
+registered in shadow, in the same transaction: it is not the target, so no replica
+serves it, until the leader's guard promotes it (``service.rollout.guard``).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import logging
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import Connection
 from sqlalchemy.exc import IntegrityError
 
 from functions.artifacts import ArtifactError, model_from_bytes, model_to_bytes, sha256_hex
@@ -25,6 +30,13 @@ from functions.objectstore import ObjectNotFound, ObjectStore, model_key
 from service.serving.timeline import ServingChange, ServingInterval, intervals, target
 from service.store import Database
 from service.store.rollbacks import add_rollback, list_rollbacks
+from service.store.rollouts import (
+    NOT_PROMOTED,
+    add_rollout,
+    get_rollout,
+    list_rollouts,
+    update_rollout,
+)
 from service.store.versions import (
     add_version,
     get_version,
@@ -57,9 +69,11 @@ class LoadedVersion:
 class ModelRegistry:
     """Publishes and loads model versions."""
 
-    def __init__(self, db: Database, store: ObjectStore) -> None:
+    def __init__(self, db: Database, store: ObjectStore, *, guarded: bool = False) -> None:
         self.db = db
         self.store = store
+        #: Whether a version published while another serves goes into shadow first.
+        self.guarded = guarded
 
     def publish(
         self, model: BiasedMF, *, last_event_id: int, job_id: int | None, rmse: float | None
@@ -93,7 +107,10 @@ class ModelRegistry:
             )
             try:
                 with self.db.begin() as conn:
+                    serving = self._target(conn) if self.guarded else None
                     add_version(conn, **row)
+                    if serving is not None:
+                        add_rollout(conn, version, compared_with=serving.version)
             except IntegrityError:
                 # Another publisher took the name, or published for this job first: our
                 # artifact goes, unless the winner registered the very same bytes.
@@ -149,8 +166,14 @@ class ModelRegistry:
         return [row for row in rows if row.get("deleted_at") is None]
 
     def newest_loadable(self) -> LoadedVersion | None:
-        """The newest version whose artifact verifies; corrupt ones are skipped loudly."""
-        return self._first_loadable(self.versions(include_deleted=False))
+        """The newest version whose artifact verifies and that may serve (not in shadow
+        nor held); corrupt ones are skipped loudly."""
+        with self.db.connect() as conn:
+            waiting = {
+                row["version"] for row in list_rollouts(conn) if row["state"] in NOT_PROMOTED
+            }
+        rows = [r for r in self.versions(include_deleted=False) if r["version"] not in waiting]
+        return self._first_loadable(rows)
 
     def oldest_loadable(self) -> LoadedVersion | None:
         return self._first_loadable(list(reversed(self.versions(include_deleted=False))))
@@ -182,10 +205,14 @@ class ModelRegistry:
         return deleted
 
     def target(self) -> ServingChange | None:
-        """The version that should serve now: the newest published, unless a rollback
-        came after it (``service.serving.timeline``)."""
+        """The version that should serve now: the newest published (or promoted, when
+        guarded), unless a rollback came after it (``service.serving.timeline``)."""
         with self.db.connect() as conn:
-            return target(list_versions(conn), list_rollbacks(conn))
+            return self._target(conn)
+
+    @staticmethod
+    def _target(conn: Connection) -> ServingChange | None:
+        return target(list_versions(conn), list_rollbacks(conn), list_rollouts(conn))
 
     def target_loadable(self) -> LoadedVersion | None:
         """The target's verified model, else (corrupt or gone) the newest loadable one."""
@@ -200,7 +227,24 @@ class ModelRegistry:
     def serving_intervals(self) -> list[ServingInterval]:
         """When each version served, oldest first."""
         with self.db.connect() as conn:
-            return intervals(list_versions(conn), list_rollbacks(conn))
+            return intervals(list_versions(conn), list_rollbacks(conn), list_rollouts(conn))
+
+    # -- the rollout guard's record ------------------------------------------------------
+    def rollouts(self) -> list[dict[str, Any]]:
+        """The guard's row of every version published while another served."""
+        with self.db.connect() as conn:
+            return list_rollouts(conn)
+
+    def rollout(self, version: str) -> dict[str, Any] | None:
+        with self.db.connect() as conn:
+            return get_rollout(conn, version)
+
+    def record_rollout(self, version: str, *, synced: bool = True, **values: Any) -> None:
+        """Change ``version``'s rollout row (its state, times, figures); ``synced=False``
+        commits without waiting for the disk (figures a decision rewrites anyway)."""
+        begin = self.db.begin if synced else self.db.begin_unsynced
+        with begin() as conn:
+            update_rollout(conn, version, **values)
 
     def rollbacks(self) -> list[dict[str, Any]]:
         """Every recorded rollback, oldest first."""

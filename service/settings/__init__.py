@@ -5,9 +5,9 @@ The object is built once (in the CLI or a test) and handed to the app, never rea
 import time, so tests can run several differently configured services side by side.
 
 Each concern's fields and validators live in their own module (``stack``, ``stream``,
-``drift``, ``retrain``, ``serving``, ``security``, ``cluster``); a field's group is the
-part that declares it (:func:`group_of`), which ``driftline settings`` and
-``docs/settings.md`` list it under.
+``drift``, ``retrain``, ``serving``, ``rollout``, ``security``, ``cluster``,
+``retention``); a field's group is the part that declares it (:func:`group_of`), which
+``driftline settings`` and ``docs/settings.md`` list it under.
 """
 
 from __future__ import annotations
@@ -20,7 +20,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 from service.settings.cluster import ClusterSettings
 from service.settings.drift import DriftSettings
 from service.settings.limits import EventLimits, Problem
+from service.settings.retention import RetentionPolicy, RetentionSettings, parse_retention
 from service.settings.retrain import RetrainSettings
+from service.settings.rollout import RolloutSettings
 from service.settings.security import LOOPBACK_HOSTS, Names, SecuritySettings
 from service.settings.serving import ServingSettings
 from service.settings.stack import StackSettings
@@ -34,13 +36,17 @@ __all__ = [
     "EventLimits",
     "Names",
     "Problem",
+    "RetentionPolicy",
+    "RetentionSettings",
     "RetrainSettings",
+    "RolloutSettings",
     "SecuritySettings",
     "ServingSettings",
     "Settings",
     "StackSettings",
     "StreamSettings",
     "group_of",
+    "parse_retention",
     "settings_groups",
 ]
 
@@ -51,16 +57,20 @@ GROUPS: dict[str, type[BaseModel]] = {
     "drift": DriftSettings,
     "retrain": RetrainSettings,
     "serving": ServingSettings,
+    "rollout": RolloutSettings,
     "security": SecuritySettings,
     "cluster": ClusterSettings,
+    "retention": RetentionSettings,
 }
 
 
 # The parts are listed in the reverse of GROUPS: pydantic takes the last base's fields
 # (and runs its validators) first, so flags and errors come in GROUPS' order.
 class Settings(
+    RetentionSettings,
     ClusterSettings,
     SecuritySettings,
+    RolloutSettings,
     ServingSettings,
     RetrainSettings,
     DriftSettings,
@@ -90,8 +100,9 @@ class Settings(
 def settings_groups() -> dict[str, tuple[str, ...]]:
     """Each group's setting names, in declaration order.
 
-    >>> list(settings_groups())
-    ['stack', 'stream', 'drift', 'retrain', 'serving', 'security', 'cluster']
+    >>> list(settings_groups())  # doctest: +NORMALIZE_WHITESPACE
+    ['stack', 'stream', 'drift', 'retrain', 'serving', 'rollout', 'security', 'cluster',
+     'retention']
     >>> settings_groups()["stream"][:2]
     ('rating_min', 'rating_max')
     """

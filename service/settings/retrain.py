@@ -131,16 +131,37 @@ class RetrainSettings(BaseModel):
     seed: int | None = Field(
         0, description="Seed of jobs' shuffling and sampling and of the ANN index."
     )
-    retrain_runtime: Literal["inprocess", "local", "lambda", "gpu", "sim", "thread"] = Field(
+    retrain_runtime: Literal["inprocess", "local", "lambda", "gpu", "ray", "sim", "thread"] = Field(
         "local",
         description=(
             "Where epochs run: this process, Lambda-like worker processes, the deployed "
-            "Lambda function, torch worker processes, in this process with simulated "
-            "Lambda timings and bill, or workers on threads of this process."
+            "Lambda function, torch worker processes, tasks on a Ray cluster (RAY_ADDRESS), "
+            "in this process with simulated Lambda timings and bill, or workers on threads "
+            "of this process."
+        ),
+    )
+    retrain_worker_kinds: str | None = Field(
+        None,
+        description=(
+            "The worker kinds GP-OPT may pick per epoch, comma-separated: lambda (the "
+            "RETRAIN_RUNTIME's workers), inprocess (this process, for windows so small "
+            "that start-ups dominate), gpu-a10g, gpu-l4, gpu-a100, gpu-h100 (torch workers "
+            "with a GPU each: Ray tasks where RETRAIN_RUNTIME=ray, else worker processes "
+            "on this machine). None: what this deployment can run: lambda and inprocess "
+            "(lambda alone on sim), and the GPU types of the Ray cluster or of this "
+            "machine's NVIDIA driver where torch is installed (docs/architecture.md)."
         ),
     )
     lambda_function: str = Field(
         "driftline-worker", description="The deployed worker (RETRAIN_RUNTIME=lambda)."
+    )
+    ray_address: str | None = Field(
+        None,
+        description=(
+            "RETRAIN_RUNTIME=ray: the Ray cluster its workers run on (ray://head:10001, or "
+            "auto for the cluster this machine is a node of); none: Ray's own RAY_ADDRESS, "
+            "else a local Ray instance on this machine's cores."
+        ),
     )
     retrain_policy: str = Field(
         "adwin",
@@ -213,6 +234,25 @@ class RetrainSettings(BaseModel):
         le=10_240,
         description="Memory of each worker in MB in the config vector jobs start from.",
     )
+
+    @field_validator("retrain_worker_kinds")
+    @classmethod
+    def _known_kinds(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        from configurator.space import KINDS
+
+        names = [n.strip() for n in value.split(",") if n.strip()]
+        unknown = sorted(set(names) - set(KINDS))
+        if not names or unknown:
+            raise ValueError(f"unknown worker kinds {unknown or value!r}; choose from {KINDS}")
+        return ",".join(dict.fromkeys(names))
+
+    @property
+    def worker_kinds(self) -> tuple[str, ...] | None:
+        """``retrain_worker_kinds`` as a tuple (None: the deployment's own)."""
+        value = self.retrain_worker_kinds
+        return None if value is None else tuple(value.split(","))
 
     @field_validator("retrain_policy", "retrain_configurator", "retrain_sync")
     @classmethod

@@ -21,9 +21,12 @@ def add_alert(
     detector: str | None = None,
     change_events: int | None = None,
     segments: dict[str, Any] | None = None,
+    kind: str = "drift",
 ) -> int:
+    """Store an alert; ``kind`` drift (the monitor's) or rollback (the rollout guard's)."""
     result = conn.execute(
         insert(drift_alerts).values(
+            kind=kind,
             detected_at=time.time(),
             metric=metric,
             before=before,
@@ -72,8 +75,13 @@ def get_alert(conn: Connection, alert_id: int) -> dict[str, Any] | None:
     return None if row is None else dict(row._mapping)
 
 
-def list_alerts(conn: Connection, limit: int = 100) -> list[dict[str, Any]]:
+def list_alerts(
+    conn: Connection, limit: int = 100, kind: str | None = None
+) -> list[dict[str, Any]]:
+    """The newest alerts first, of ``kind`` only if given (drift, rollback)."""
     query = select(drift_alerts).order_by(drift_alerts.c.id.desc()).limit(limit)
+    if kind is not None:
+        query = query.where(drift_alerts.c.kind == kind)
     return [dict(row._mapping) for row in conn.execute(query)]
 
 
@@ -96,8 +104,10 @@ def list_heartbeats(conn: Connection, since_events: int = 0) -> list[dict[str, A
 
 
 def latest_positions(conn: Connection) -> tuple[int, int | None]:
-    """Where the stored heartbeats end and where the newest alert was raised, in
+    """Where the stored heartbeats end and where the newest drift alert was raised, in
     labelled events seen (0 and None for none)."""
     heartbeat_at = conn.scalar(select(func.max(heartbeats.c.events_seen)))
-    alert_at = conn.scalar(select(func.max(drift_alerts.c.events_seen)))
+    alert_at = conn.scalar(
+        select(func.max(drift_alerts.c.events_seen)).where(drift_alerts.c.kind == "drift")
+    )
     return int(heartbeat_at or 0), None if alert_at is None else int(alert_at)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 from sqlalchemy import Connection, Result, func, select
 
+from service.store import archives
 from service.store.tables import events
 
 _COLUMNS = ("event_id", "user_id", "item_id", "rating", "timestamp", "ingested_at")
@@ -220,12 +221,27 @@ def _postgresql_insert(conn: Connection, unique: dict[str, NewEvent], now: float
 
 
 def count_events(conn: Connection, labelled_only: bool = False, up_to_id: int | None = None) -> int:
-    query = select(func.count()).select_from(events)
-    if labelled_only:
-        query = query.where(events.c.rating.is_not(None))
-    if up_to_id is not None:
-        query = query.where(events.c.id <= up_to_id)
-    return int(conn.scalar(query) or 0)
+    """Events of the log (labelled ones with ``labelled_only``) up to ``up_to_id``,
+    archived ones included (``service.store.archives``).
+
+    Exact for an ``up_to_id`` at or past the archive's boundary (the learner counts up
+    to the head); inside the archive, the partitions wholly before it count. The table
+    is counted after the boundary only, and again should the boundary move meanwhile.
+    """
+    while True:
+        boundary = archives.boundary(conn)
+        query = select(func.count()).select_from(events).where(events.c.id > boundary)
+        if labelled_only:
+            query = query.where(events.c.rating.is_not(None))
+        if up_to_id is not None:
+            query = query.where(events.c.id <= up_to_id)
+        stored = int(conn.scalar(query) or 0)
+        if archives.boundary(conn) == boundary:
+            break
+    if boundary == 0:
+        return stored
+    up_to = boundary if up_to_id is None else min(boundary, up_to_id)
+    return stored + archives.archived_count(conn, up_to, labelled_only=labelled_only)
 
 
 def max_event_id(conn: Connection) -> int:
@@ -254,18 +270,26 @@ def labelled_events(
     )
 
 
-def sample_labelled(conn: Connection, up_to_id: int, size: int) -> LabelledEvents:
-    """About ``size`` labelled events with ``id <= up_to_id``, spread evenly over history.
+def sample_stride(up_to_id: int, size: int) -> int:
+    """The id stride of ``sample_labelled``: rounded up, so never more than ``size`` rows."""
+    return max(1, -(-up_to_id // size))
+
+
+def sample_labelled(
+    conn: Connection, up_to_id: int, size: int, after_id: int = 0
+) -> LabelledEvents:
+    """About ``size`` labelled events with ``id <= up_to_id``, spread evenly over history
+    (those after ``after_id`` of them: the archive holds the rest).
 
     A stride over row ids rather than ``ORDER BY random()``: it is portable, uses the
     primary key, and makes a retraining job's window reproducible.
     """
     if size <= 0 or up_to_id <= 0:
         return LabelledEvents.from_rows([])
-    stride = max(1, -(-up_to_id // size))  # rounded up: never more than ``size`` rows
+    stride = sample_stride(up_to_id, size)
     query = (
         select(events.c.id, events.c.user_id, events.c.item_id, events.c.rating)
-        .where(events.c.id <= up_to_id, events.c.rating.is_not(None))
+        .where(events.c.id > after_id, events.c.id <= up_to_id, events.c.rating.is_not(None))
         .order_by(events.c.id)
     )
     if stride > 1:
@@ -279,9 +303,11 @@ _SAMPLE_READ_IDS = 50_000
 _SAMPLE_FETCH_IDS = 1_000
 
 
-def uniform_labelled(conn: Connection, up_to_id: int, size: int, seed: int) -> LabelledEvents:
-    """A uniform sample of ``size`` labelled events with ``id <= up_to_id``, in id order
-    (every one of them when there are fewer).
+def uniform_labelled(
+    conn: Connection, up_to_id: int, size: int, seed: int, after_id: int = 0
+) -> LabelledEvents:
+    """A uniform sample of ``size`` labelled events with ``after_id < id <= up_to_id``,
+    in id order (every one of them when there are fewer).
 
     Each event ranks by a hash of its id and ``seed`` (SplitMix64) and the ``size``
     lowest ranks are kept: a draw without replacement in which every event is as likely
@@ -297,11 +323,9 @@ def uniform_labelled(conn: Connection, up_to_id: int, size: int, seed: int) -> L
         f"AND rating IS NOT NULL ORDER BY id LIMIT {_SAMPLE_READ_IDS}"
     )
     kept = np.empty(0, dtype=np.int64)
-    for part in _pages(conn, ids_sql, 0, up_to_id):
+    for part in _pages(conn, ids_sql, after_id, up_to_id):
         ids = np.concatenate([kept, np.fromiter((row[0] for row in part), np.int64, len(part))])
-        if ids.size > size:
-            ids = ids[np.argpartition(_splitmix64(ids, seed), size - 1)[:size]]
-        kept = ids
+        kept = lowest_ranks(ids, size, seed)
     chosen = np.sort(kept).tolist()
     parts = []
     for start in range(0, len(chosen), _SAMPLE_FETCH_IDS):
@@ -342,6 +366,15 @@ def _marker(conn: Connection) -> str:
     return "?" if conn.dialect.paramstyle == "qmark" else "%s"
 
 
+def lowest_ranks(ids: np.ndarray, size: int, seed: int) -> np.ndarray:
+    """The ``size`` of ``ids`` ranked lowest by ``uniform_labelled``'s hash (all of them
+    when fewer), in no particular order: a sample drawn from parts is the lowest of the
+    parts' lowest."""
+    if ids.size <= size:
+        return ids
+    return ids[np.argpartition(_splitmix64(ids, seed), size - 1)[:size]]
+
+
 def _splitmix64(ids: np.ndarray, seed: int) -> np.ndarray:
     """SplitMix64's output for each id offset by ``seed``: a bijection of 64-bit
     integers whose outputs look independent and uniform (Steele, Lea & Flood, 2014)."""
@@ -354,7 +387,7 @@ def _splitmix64(ids: np.ndarray, seed: int) -> np.ndarray:
 
 def labelled_id_from_end(conn: Connection, back: int) -> int | None:
     """Id of the labelled event ``back`` places before the newest one (0: the newest);
-    None when fewer are stored.
+    None when fewer are stored, the archive's boundary when it lies in the archive.
 
     Where the ``n``-th labelled event sits when ``n`` is counted from the start but lies
     near the end: the index is read backwards ``back`` rows, not forwards ``n``.
@@ -367,7 +400,11 @@ def labelled_id_from_end(conn: Connection, back: int) -> int | None:
         .limit(1)
     )
     found = conn.scalar(query)
-    return None if found is None else int(found)
+    if found is None:
+        # Walked past the table's oldest event: archived, or never stored. An archived
+        # one stands at the boundary, so a drift window never reaches into the archive.
+        return archives.boundary(conn) or None
+    return int(found)
 
 
 def rated_items(conn: Connection, user_id: str) -> list[str]:
@@ -412,6 +449,14 @@ def log_after(
     that ends inside a batch leaves that batch to the next read (unless it is the
     page's only one, larger than a page, and then learnt in parts).
     """
+    return batches_of(log_rows(conn, after_id, up_to_id, limit), limit)
+
+
+def log_rows(
+    conn: Connection, after_id: int, up_to_id: int | None = None, limit: int = _PAGE_ROWS
+) -> Sequence[Sequence]:
+    """The first ``limit`` rows after ``after_id`` (none past ``up_to_id``) as
+    ``batches_of`` takes them: id, user, item, rating, timestamp, event id, ingested at."""
     query = select(
         events.c.id,
         events.c.user_id,
@@ -423,7 +468,13 @@ def log_after(
     ).where(events.c.id > after_id)
     if up_to_id is not None:
         query = query.where(events.c.id <= up_to_id)
-    rows = conn.execute(query.order_by(events.c.id).limit(limit)).all()
+    return conn.execute(query.order_by(events.c.id).limit(limit)).all()
+
+
+def batches_of(rows: Sequence[Sequence], limit: int) -> list[LogBatch]:
+    """``log_after``'s batches of a page of rows (id, user, item, rating, timestamp,
+    event id, ingested at), in id order; a page of ``limit`` rows leaves its last batch,
+    which it may have cut, to the next read."""
     batches: list[LogBatch] = []
     stamp = None
     for row in rows:

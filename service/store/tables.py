@@ -108,6 +108,8 @@ drift_alerts = Table(
     # Who acknowledged the alert (a key's name) and when; None until somebody has.
     Column("acknowledged_at", Float, nullable=True),
     Column("acknowledged_by", String(128), nullable=True),
+    # drift (the monitor's) or rollback (the rollout guard's, ``service.rollout.guard``).
+    Column("kind", String(16), nullable=False, server_default="drift"),
 )
 
 heartbeats = Table(
@@ -191,6 +193,26 @@ model_rollbacks = Table(
     Column("to_version", String(64), ForeignKey("model_versions.version"), nullable=False),
 )
 
+# The rollout guard's record of a version published while another served
+# (``service.rollout.guard``): in shadow, held, or promoted (watched, kept or rolled
+# back). A version with a row serves from its promotion on, not from its publication
+# (``service.serving.timeline``); ``shadow`` and ``watch`` hold the paired comparisons'
+# figures and decisions.
+model_rollouts = Table(
+    "model_rollouts",
+    metadata,
+    Column("version", String(64), ForeignKey("model_versions.version"), primary_key=True),
+    Column("state", String(16), nullable=False, index=True),
+    Column("compared_with", String(64), nullable=True),
+    Column("published_at", Float, nullable=False),
+    Column("shadow_started_at", Float, nullable=True),
+    Column("decided_at", Float, nullable=True),
+    Column("promoted_at", Float, nullable=True),
+    Column("watch_ended_at", Float, nullable=True),
+    Column("shadow", JSON, nullable=True),
+    Column("watch", JSON, nullable=True),
+)
+
 # One row per role (``leader``): who holds it, until when, and its fencing token, which
 # grows with every change of holder (``service.store.leases``).
 cluster_leases = Table(
@@ -233,4 +255,25 @@ online_snapshots = Table(
     Column("checksum", String(64), nullable=False),
     Column("created_at", Float, nullable=False),
     Column("size", BigInteger, nullable=False),
+)
+
+# Partitions of the event log moved to the object store (``service.store.archives``): the
+# events with ids ``first_id..last_id`` as Parquet under ``key``, with its SHA-256. A row
+# is written once its object is, and before its events leave ``events``; ``purged_at``
+# says they have. The newest ``last_id`` is the archive's boundary.
+event_archives = Table(
+    "event_archives",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("first_id", BigInteger, nullable=False, unique=True),
+    Column("last_id", BigInteger, nullable=False, index=True),
+    Column("key", String(255), nullable=False, unique=True),
+    Column("checksum", String(64), nullable=False),
+    Column("size", BigInteger, nullable=False),
+    Column("events", BigInteger, nullable=False),
+    Column("labelled", BigInteger, nullable=False),
+    Column("first_ingested_at", Float, nullable=False),
+    Column("last_ingested_at", Float, nullable=False),
+    Column("archived_at", Float, nullable=False),
+    Column("purged_at", Float, nullable=True),
 )

@@ -7,6 +7,11 @@ static track, the first version frozen without fold-in, so the gain of retrainin
 fold-in can be read live. The ranking sample, the rated items and the popular items are
 kept current on the same walk.
 
+A version in shadow (``service.stream.shadow``), when the rollout guard runs one, is
+predicted, ranked and learnt on the same walk: each labelled event by the serving state
+and the shadow alike, before either learns it, so the two are compared on the same
+events (``Evaluation.shadow``).
+
 The learner applies the event log (the events table, in id order) and nothing else:
 ``applied`` is the newest id it has learnt, whoever stored the events, so replicas that
 share a database learn the same events in the same order (``service.wiring``).
@@ -43,7 +48,8 @@ from service.store.events import (
     max_event_id,
     recent_pairs,
 )
-from service.stream.ranking import PrequentialRanking
+from service.stream.ranking import PairedRanks, PrequentialRanking
+from service.stream.shadow import ShadowBatch, ShadowTrack
 
 
 @dataclass(frozen=True)
@@ -53,6 +59,7 @@ class Evaluation:
     ``labelled_before`` is how many labelled events the learner had seen before the
     batch; ``version`` is the serving version that predicted them and ``serving``
     whether any version serves (before the first, the monitor raises no alerts).
+    ``shadow`` is what a version in shadow made of the same events (None: none runs).
     """
 
     users: list[str]
@@ -63,6 +70,7 @@ class Evaluation:
     labelled_seen: int
     version: str | None
     serving: bool
+    shadow: ShadowBatch | None = None
 
     @property
     def empty(self) -> bool:
@@ -130,6 +138,8 @@ class Learner:
         self.labelled_seen = 0
         #: ``labelled_seen`` when the serving version was installed.
         self.seen_at_swap = 0
+        #: A version the rollout guard runs beside the serving one (None: none).
+        self.shadow: ShadowTrack | None = None
         self.lock = threading.Lock()
         #: The newest event id (log position) learnt; events are learnt in id order.
         self.applied = 0
@@ -184,6 +194,8 @@ class Learner:
 
     def _evaluate_and_learn(self, stored: Sequence[NewEvent], batch: _Columns) -> Evaluation:
         view = self.serving.view  # the items as the batch found them, for ranking
+        shadow = self.shadow
+        shadow_view = None if shadow is None else shadow.view  # as the batch found it too
         before = self.labelled_seen
         if not batch.users:
             self.ranking.rank(
@@ -193,23 +205,55 @@ class Learner:
             return Evaluation([], [], nothing, nothing, before, before, view.version, False)
         users, items, ratings = batch.users, batch.items, batch.ratings
         predicted, vectors = self.serving.predict_then_learn_vectors(users, items, ratings)
-        self.ranking.rank(
-            stored, view, self.static, vectors, users=batch.all_users, items=batch.all_items
+        shadowed = None
+        if shadow is not None and shadow_view is not None:
+            shadow_predicted, shadow_vectors = shadow.predict_then_learn(users, items, ratings)
+            shadowed = (shadow_view, shadow_vectors)
+        ranks = self.ranking.rank(
+            stored,
+            view,
+            self.static,
+            vectors,
+            users=batch.all_users,
+            items=batch.all_items,
+            shadow=shadowed,
         )
         static = self._static_predict(users, items, predicted)
         self.tracker.record("driftline", ratings, predicted)
         self.tracker.record("static", ratings, static)
         self.labelled_seen += len(users)
         self.metrics.labelled_events.inc(len(users))
+        errors = (ratings - predicted) ** 2
+        paired = None
+        if shadow is not None and shadowed is not None and ranks is not None:
+            paired = self._paired(shadow, errors, (ratings - shadow_predicted) ** 2, ranks)
         return Evaluation(
             users,
             items,
-            (ratings - predicted) ** 2,
+            errors,
             (ratings - static) ** 2,
             before,
             self.labelled_seen,
             self.serving.version,
             self.current is not None,
+            paired,
+        )
+
+    def _paired(
+        self, shadow: ShadowTrack, errors: np.ndarray, shadow_errors: np.ndarray, ranks: PairedRanks
+    ) -> ShadowBatch:
+        """What the serving state and ``shadow`` made of the batch, for the guard."""
+        return ShadowBatch(
+            version=shadow.version,
+            serving_version=self.serving.version,
+            role=shadow.role,
+            users=ranks.users,
+            user_codes=ranks.labelled_users,
+            serving_errors=errors,
+            shadow_errors=shadow_errors,
+            ranked_codes=ranks.labelled_users[ranks.chosen],
+            serving_ranks=ranks.served,
+            shadow_ranks=ranks.shadowed,
         )
 
     def _static_predict(self, users: list[str], items: list[str], live: np.ndarray) -> np.ndarray:
@@ -228,6 +272,30 @@ class Learner:
         self.seen_at_swap = self.labelled_seen
         if self.static is None:
             self.static = loaded.model
+
+    def start_shadow(self, shadow: ShadowTrack) -> None:
+        """Run ``shadow`` beside the serving state from the next batch on (its state
+        caught up to ``applied``); it replaces any shadow running."""
+        self.shadow = shadow
+
+    def stop_shadow(self) -> ShadowTrack | None:
+        """Stop running the shadow; returns it (None: none ran)."""
+        shadow, self.shadow = self.shadow, None
+        return shadow
+
+    def promote_shadow(self, *, keep_replaced: bool) -> LoadedVersion | None:
+        """Serve the shadow's state as it is (caught up: no rebuild); with
+        ``keep_replaced`` the state it replaces runs on as the shadow (role
+        ``previous``), else it is dropped. Returns the version replaced."""
+        shadow = self.shadow
+        if shadow is None:
+            raise RuntimeError("no version in shadow to promote")
+        replaced, state = self.current, self.serving
+        self.install(shadow.serving, shadow.loaded)
+        self.shadow = None
+        if keep_replaced and replaced is not None:
+            self.shadow = ShadowTrack(state, replaced, "previous")
+        return replaced
 
     @property
     def labelled_since_swap(self) -> int | None:

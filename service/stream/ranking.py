@@ -337,6 +337,21 @@ def _encode(model: BiasedMF, items: Collection[str]) -> np.ndarray:
     return rows[rows >= 0]
 
 
+@dataclass(frozen=True)
+class PairedRanks:
+    """A batch's sampled events ranked by the serving model and by a shadow (the
+    rollout guard's comparison): which labelled events (indices into the batch's
+    labelled events, ascending) and each one's rank by either ``(m,)``; and the
+    batch's users once each (``users``) with each labelled event's index among them
+    (``labelled_users``), so the comparison looks each user up once a batch."""
+
+    chosen: np.ndarray
+    served: np.ndarray
+    shadowed: np.ndarray
+    users: list[str]
+    labelled_users: np.ndarray
+
+
 class PrequentialRanking:
     """Ranks each batch's sampled liked events and keeps the figures per heartbeat.
 
@@ -348,14 +363,27 @@ class PrequentialRanking:
         The users' rated items; each batch is added to it once ranked.
     k
         Length of the list judged.
+    shadow_share
+        Share of the sample a version in shadow is ranked on too, a nested sample of
+        the same hash (``SHADOW_RANKING_SHARE``): ranking costs in proportion to the
+        catalogue.
     """
 
-    def __init__(self, sampler: RankingSampler, history: RatedItems, k: int = DEFAULT_K) -> None:
+    def __init__(
+        self,
+        sampler: RankingSampler,
+        history: RatedItems,
+        k: int = DEFAULT_K,
+        shadow_share: float = 1.0,
+    ) -> None:
         self.sampler = sampler
         self.history = history
+        self.shadow_share = shadow_share
         self.tracker = RankingTracker(k)
         self._serving = CatalogueRanker()
         self._static = CatalogueRanker()
+        #: Ranks for a version in shadow (``service.stream.shadow``), beside the serving one.
+        self._shadow = CatalogueRanker()
         #: Time spent in ``rank`` (sampling, scoring, the history), which the
         #: prequential benchmark reports as the price of ranking on the ingest path.
         self.seconds = 0.0
@@ -372,7 +400,8 @@ class PrequentialRanking:
         *,
         users: list[str] | None = None,
         items: list[str] | None = None,
-    ) -> None:
+        shadow: tuple[ServingView, np.ndarray] | None = None,
+    ) -> PairedRanks | None:
         """Rank the sampled events of ``stored`` (in order), then add it to the history.
 
         Parameters
@@ -392,12 +421,21 @@ class PrequentialRanking:
         users, items
             Every event's user and item, in order, if the caller has them as lists
             already (the learner does): taken as they are rather than read again.
+        shadow
+            A version in shadow's view as the batch found it and its user vectors
+            (as ``view`` and ``vectors``): the same events are ranked by it too, and
+            returned beside the serving ranks; None (no shadow) returns None.
         """
         began = time.perf_counter()
         batch = BatchColumns.of(stored, users, items)
-        chosen = self._sampled(stored, batch)
+        chosen, points = self._sampled(stored, batch)
         snapshot = self.history.snapshot
         pending = np.full((len(batch.labelled), 2), _UNSAMPLED, dtype=np.int64)
+        nothing = np.empty(0, dtype=np.int64)
+        labelled_users = batch.codes[batch.labelled]
+        paired = None
+        if shadow is not None:
+            paired = PairedRanks(nothing, nothing, nothing, batch.first, labelled_users)
         if chosen.size:
             events = RankedEvents.of(batch, batch.labelled[chosen], snapshot)
             own = None if vectors is None else vectors[chosen]
@@ -408,34 +446,74 @@ class PrequentialRanking:
             self.tracker.record("driftline", served)
             self.tracker.record("static", frozen)
             pending[chosen, 0], pending[chosen, 1] = served, frozen
+            if shadow is not None:
+                paired = self._shadow_ranks(batch, chosen, points, served, snapshot, shadow)
         self._pending = np.concatenate([self._pending, pending])
         grown = self.history.add_by_user(batch.by_user())
         after = self.history.snapshot
         fresh_at = batch.first_positions(grown)
         self._serving.advance(snapshot, after, fresh_at, batch)
         self._static.advance(snapshot, after, fresh_at, batch)
+        if shadow is not None:
+            self._shadow.advance(snapshot, after, fresh_at, batch)
         self.seconds += time.perf_counter() - began
+        return paired
 
-    def _sampled(self, stored: Sequence[NewEvent], batch: BatchColumns) -> np.ndarray:
-        """Which labelled events are ranked: indices into ``batch.labelled``."""
+    def _sampled(
+        self, stored: Sequence[NewEvent], batch: BatchColumns
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Which labelled events are ranked (indices into ``batch.labelled``), and each
+        one's sample point."""
         sampler = self.sampler
+        nowhere = np.empty(0, dtype=np.int64), np.empty(0)
         if not len(batch.labelled) or sampler.fraction <= 0.0:
-            return np.empty(0, dtype=np.int64)
+            return nowhere
         liked = np.flatnonzero(batch.ratings[batch.labelled] >= sampler.min_rating)
         if not liked.size:
-            return liked
+            return nowhere
+        if sampler.fraction >= 1.0:
+            return liked, np.zeros(len(liked))
         at = batch.labelled[liked].tolist()
         users, items = batch.users, batch.items
-        inside = sampler.in_sample(
+        points = sampler.points(
             [users[j] for j in at], [items[j] for j in at], [stored[j].timestamp for j in at]
         )
-        return liked[inside]
+        inside = points < sampler.fraction
+        return liked[inside], points[inside]
+
+    def _shadow_ranks(
+        self,
+        batch: BatchColumns,
+        chosen: np.ndarray,
+        points: np.ndarray,
+        served: np.ndarray,
+        snapshot: Map[str, frozenset[str]],
+        shadow: tuple[ServingView, np.ndarray],
+    ) -> PairedRanks:
+        """The shadow's ranks of the sampled events within its share, beside the
+        serving model's ranks of the same events."""
+        within = points < self.sampler.fraction * self.shadow_share
+        if self.shadow_share >= 1.0:
+            within[:] = True
+        picked = chosen[within]
+        labelled_users = batch.codes[batch.labelled]
+        if not picked.size:
+            nothing = np.empty(0, dtype=np.int64)
+            return PairedRanks(picked, nothing, nothing, batch.first, labelled_users)
+        events = RankedEvents.of(batch, batch.labelled[picked], snapshot)
+        shadowed = self._view_ranks(shadow[0], events, shadow[1][picked], self._shadow)
+        return PairedRanks(picked, served[within], shadowed, batch.first, labelled_users)
 
     def _view_ranks(
-        self, view: ServingView, events: RankedEvents, vectors: np.ndarray | None
+        self,
+        view: ServingView,
+        events: RankedEvents,
+        vectors: np.ndarray | None,
+        ranker: CatalogueRanker | None = None,
     ) -> np.ndarray:
-        """Ranks by the serving model; a user it had never seen before the event (not in
-        its version, never folded in) is not placed, as ``/recommend`` would not."""
+        """Ranks by the serving model (or a shadow's, with its own ``ranker``); a user
+        it had never seen before the event (not in its version, never folded in) is not
+        placed, as ``/recommend`` would not."""
         model = view.model
         if model is None:  # nothing ranks yet (``/recommend`` serves what is popular)
             return np.full(len(events.users), NOT_RANKED, dtype=np.int64)
@@ -449,7 +527,7 @@ class PrequentialRanking:
         else:  # ``view.user_vector(user) is not None``, without building the vectors
             folded, index = view.user_vectors, model.user_index
             known = np.array([user in folded or user in index for user in events.users], dtype=bool)
-        return self._serving.ranks(
+        return (ranker or self._serving).ranks(
             model,
             vectors,
             events.returning | known,

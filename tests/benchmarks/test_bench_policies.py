@@ -6,6 +6,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
@@ -89,6 +90,8 @@ def test_the_cli_passes_minutes_and_report_only_to_benches_that_take_them() -> N
     runner = CliRunner()
     answer = runner.invoke(app, ["bench", "drift", "--minutes", "3"])
     assert answer.exit_code != 0 and "takes no minutes" in answer.output
+    answer = runner.invoke(app, ["bench", "drift", "--stream", "generated"])
+    assert answer.exit_code != 0 and "takes no stream" in answer.output
 
 
 @pytest.mark.slow
@@ -119,3 +122,49 @@ def test_recovery_is_compared_as_seconds_summed_over_seeds_and_a_tie_is_no_loss(
         "note": "tie: neither fell behind",
     }
     assert pooled_ratio([0.0, 0.0], [12.0, 0.0])["mean"] == 0.0  # cost-aware never did
+
+
+def test_the_generated_stream_brings_each_trace_arrival_as_one_event() -> None:
+    from benchmarks.policy_eval.stream import DRIFT_FRACTIONS, generated, true_arrivals
+    from benchmarks.traces import make_trace
+
+    trace = make_trace("berkeley", seed=1, period_s=240)  # four minutes: ~18,000 arrivals
+    onsets_s = tuple(f * 240 for f in DRIFT_FRACTIONS)
+    laid = generated()(trace, 1, onsets_s)
+    count = true_arrivals(trace)
+    assert count == round(trace.cumulative(240)) and abs(count - 74.95 * 240) < 1
+    assert len(laid.stream) == laid.times.size == count and laid.weight == 1.0
+    assert 0 < laid.times[0] < laid.times[-1] < 240 and (np.diff(laid.times) > 0).all()
+    for onset, at in zip(laid.onsets, onsets_s, strict=True):  # the first event from then
+        assert laid.times[onset - 1] < at <= laid.times[onset]
+    # Capped, each event stands for the arrivals it replaces.
+    capped = generated(limit=3_000)(trace, 1, onsets_s)
+    assert len(capped.stream) == 3_000 and capped.weight == pytest.approx(count / 3_000)
+
+
+def test_a_policies_run_on_the_generated_stream_reports_recovery_at_the_true_rate() -> None:
+    from benchmarks.bench.policies import run_policies
+    from benchmarks.policy_eval.stream import true_arrivals
+    from benchmarks.traces import make_trace
+
+    result = run_policies(stream="generated", seeds=1, minutes=6, traces=("berkeley",))
+    laid = result["setup"]["traces"]["berkeley"]
+    assert result["setup"]["stream"] == "generated"
+    assert laid["events"] == true_arrivals(make_trace("berkeley", seed=0, period_s=360))
+    assert laid["weight"] == 1.0
+    block = result["traces"]["berkeley"]
+    for policy in ("adwin", "cost-aware"):
+        figures = block[policy]["sim"]
+        assert 0.0 <= figures["recovery_s"] <= 240 and 0.0 <= figures["reaction_s"] <= 240
+    assert block["adwin"]["sim"]["jobs"] >= 1  # the detector saw a drift
+    recovery = result["comparisons"]["berkeley"]["recovery_speedup_vs_cost_aware"]
+    assert recovery["mean"] is not None or recovery["note"]
+
+
+def test_the_generated_stream_reads_no_dataset(tmp_path: Path) -> None:
+    from benchmarks.bench.policies import run_policies
+
+    with pytest.raises(ValueError, match="reads no dataset"):
+        run_policies(dataset=tmp_path / "ratings.csv", stream="generated", traces=())
+    with pytest.raises(ValueError, match="unknown stream"):
+        run_policies(stream="recorded", traces=())

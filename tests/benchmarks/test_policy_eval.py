@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks.policy_eval.figures import WINDOWS, incorporation_latency, recovery
+from benchmarks.policy_eval.ladder import Ladder
 from benchmarks.policy_eval.run import Run, Scenario
-from benchmarks.policy_eval.stream import Ladder
 
 
 def _scenario() -> Scenario:
@@ -36,7 +36,7 @@ def test_recovery_needs_five_windows_in_a_row_back_at_095() -> None:
 
 
 def test_top_k_hits_rank_by_score_serve_unknown_users_by_item_bias_and_miss_unknown_items() -> None:
-    from benchmarks.policy_eval.stream import top_k_hits
+    from benchmarks.policy_eval.ladder import top_k_hits
     from functions.mf import BiasedMF
 
     model = BiasedMF(factors=2, seed=0)
@@ -109,3 +109,45 @@ def test_a_job_adds_history_by_the_services_window_rule() -> None:
     # A drift job right after a small window takes at most three older samples per new one.
     assert jobs.history_for("drift", 1_000.0, 1e6) == 3_000.0
     assert jobs.history_for("periodic", 1_000.0, 1e6) == 50_000
+
+
+def test_serving_errors_take_each_span_between_swaps_from_the_rung_then_serving() -> None:
+    from benchmarks.policy_eval.figures import serving_errors
+
+    rng = np.random.default_rng(0)
+    table = rng.random((3, 1_000)).astype(np.float32)
+    ladder = Ladder(table, bootstrap=100, step=300)
+    scene = Scenario(np.arange(1_000, dtype=float), 1.0, 1_000, ladder, (), np.ones(1_000))
+    run = Run(swap_times=[100.0, 450.5, 450.5, 800.0], swap_data_ends=[100, 420, 700, 999])
+    errors = serving_errors(scene, run)
+    serving = np.searchsorted(run.swap_times, scene.times, side="right") - 1  # by event
+    rungs = np.array([ladder.rung(end) for end in run.swap_data_ends])[serving[100:]]
+    assert np.isnan(errors[:100]).all()
+    assert np.array_equal(errors[100:], table[rungs, np.arange(100, 1_000)])
+
+
+def test_the_ladder_trains_as_fit_does_and_computes_its_errors_when_asked() -> None:
+    from benchmarks.policy_eval.ladder import RATING_CLIP, CodedStream, build_ladder
+    from functions.mf import BiasedMF
+
+    rng = np.random.default_rng(3)
+    users, items = rng.integers(0, 300, 6_000), rng.integers(0, 200, 6_000)
+    ratings = rng.integers(1, 11, 6_000) / 2
+    ladder = build_ladder(CodedStream(users, items, ratings), bootstrap=1_000, rungs=5, seed=2)
+    # The same ladder by BiasedMF.fit on id strings, kept as models.
+    ids_u, ids_i = np.array([f"u{c}" for c in users]), np.array([f"i{c}" for c in items])
+    model, draws = BiasedMF(factors=16, seed=2), np.random.default_rng(2)
+    model.fit(list(ids_u[:1_000]), list(ids_i[:1_000]), ratings[:1_000], 6)
+    models = [model.copy()]
+    for start in range(1_000, 6_000 - 1_000 + 1, 1_000):
+        rows = np.r_[np.arange(start, start + 1_000), draws.integers(0, start, size=1_000)]
+        model.fit(list(ids_u[rows]), list(ids_i[rows]), ratings[rows], epochs=3)
+        models.append(model.copy())
+    assert ladder.step == 1_000 and ladder.hits.shape[0] == len(models) == 6
+    for k, rung in enumerate(models):
+        u, i = rung.encode_users(list(ids_u)), rung.encode_items(list(ids_i))
+        expected = (rung.predict_encoded(u, i, RATING_CLIP) - ratings) ** 2
+        np.testing.assert_allclose(ladder.errors[k, :], expected, rtol=1e-5, atol=1e-5)
+        np.testing.assert_array_equal(
+            ladder.errors[k, 2_000:2_100], ladder.errors[k, :][2_000:2_100]
+        )

@@ -62,3 +62,24 @@ def test_a_new_cohort_brings_users_never_seen_before(base) -> None:
 def test_an_unknown_scenario_is_refused_naming_the_choices(base) -> None:
     with pytest.raises(ValueError, match="sudden"):
         plant("earthquake", base)
+
+
+def test_an_inversion_stays_on_a_whole_star_scale() -> None:
+    base = synthetic_stream(n_users=300, n_items=200, n_events=8_000, seed=5)
+    whole = np.clip(np.round(base.ratings), 1.0, 5.0)
+    stream = type(base)(base.user_ids, base.item_ids, whole, base.timestamps)
+    planted = plant("sudden", stream, at=0.5)
+    changed = planted.drifted
+    np.testing.assert_array_equal(planted.stream.ratings[changed], 6.0 - whole[changed])
+    shifted = plant("item_shift", stream, at=0.5).stream.ratings
+    assert shifted.min() >= 1.0 and set(np.unique(shifted)) <= {
+        1.0,
+        1.5,
+        2.0,
+        2.5,
+        3.0,
+        3.5,
+        4.0,
+        4.5,
+        5.0,
+    }

@@ -49,6 +49,9 @@ ENV = {
     "DRIFTLINE_LATENCY_CAP_SECONDS": "20",
     "DRIFTLINE_RETRAIN_RUNTIME": "local",
     "DRIFTLINE_KEY_REFRESH_SECONDS": "0.2",
+    # Each version serves once published, so there is an earlier one to roll back to;
+    # the rollout guard's shadow has a server of its own (test_rollout_browser.py).
+    "DRIFTLINE_GUARD_ENABLED": "false",
 }
 #: The stream: its taste changes at event 3,000.
 EVENTS = planted_drift_stream(n_users=150, n_items=200, n_events=9_000, drift_at=3_000, seed=11)

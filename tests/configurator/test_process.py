@@ -16,7 +16,14 @@ import pytest
 
 from configurator import EpochConfig, History, JobContext, Observation, make_configurator
 from configurator.performance import EpochModel
-from configurator.process import ConfiguratorHost, HostedConfigurator, HostedError, _Open
+from configurator.process import (
+    NICENESS,
+    ConfiguratorHost,
+    HostedConfigurator,
+    HostedError,
+    _Open,
+    answer_timeout_s,
+)
 from functions.objectstore import FileObjectStore
 from tests.configurator.test_gp import DEFAULT, _observe
 from tests.support.pipelines import pipeline_factory, small_settings
@@ -79,6 +86,45 @@ def test_a_dead_child_costs_the_job_its_search_and_the_next_job_gets_a_new_one(
     _run(after, [], 2)
     assert host.pid not in (None, first_pid)
     after.close()
+
+
+def test_a_stalled_child_costs_the_job_its_search_not_its_deadline(
+    host: ConfiguratorHost,
+) -> None:
+    """A child that does not answer in time is given up on, not waited for: the job goes
+    on with the default config, and the child, kept, serves the next job once it runs
+    again (the answers it owed are dropped, not taken for the next job's)."""
+    _run(host.configurator("gp", DEFAULT, _context(), None), [], 1)
+    pid = host.pid
+    assert pid is not None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        started = time.monotonic()
+        stalled = HostedConfigurator(host, "gp", DEFAULT, _context(), None, timeout_s=0.5)
+        assert stalled.propose(0, []) == DEFAULT and stalled.last_decision is None
+        stalled.close()
+        assert time.monotonic() - started < 5
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    after = host.configurator("gp", DEFAULT, _context(), None)
+    _run(after, [], 2)
+    assert host.pid == pid
+    after.close()
+
+
+def test_a_job_s_configurator_may_take_a_share_of_its_deadline() -> None:
+    short, long = (JobContext(1_000, latency_cap_s=cap) for cap in (5.0, 400.0))
+    assert answer_timeout_s(short) == answer_timeout_s(None) >= 5.0
+    assert answer_timeout_s(short) < answer_timeout_s(long) < 400.0
+
+
+def test_the_child_decides_at_a_lower_priority(host: ConfiguratorHost) -> None:
+    """It imports at the service's priority (once, at start) and decides below it."""
+    _run(host.configurator("gp", DEFAULT, _context(), None), [], 1)
+    assert host.pid is not None
+    assert (
+        os.getpriority(os.PRIO_PROCESS, host.pid) == os.getpriority(os.PRIO_PROCESS, 0) + NICENESS
+    )
 
 
 def test_an_error_in_the_child_is_named_and_leaves_it_serving(host: ConfiguratorHost) -> None:

@@ -1,9 +1,9 @@
 """The built wheel carries what an installed ``driftline`` reads at run time.
 
 CI installs the wheel and runs the demo outside the checkout; this test says why such a
-run works (or which file it lacks) without a fresh environment: MovieLens and its license,
-the meter's prices and the migrations' template are in the wheel, and the data set loads
-from the wheel's own files.
+run works (or which file it lacks) without a fresh environment: the generator's fit, the
+meter's prices and the migrations' template are in the wheel, no MovieLens file is (its
+licence forbids redistribution), and the generated stream draws from the wheel's fit.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ NOT_SOURCE = shutil.ignore_patterns(
 
 LOAD_SCRIPT = """
 import sys
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings, load_titles
-assert str(MOVIELENS_SMALL).startswith(sys.argv[1]), MOVIELENS_SMALL
-print(len(load_ratings(MOVIELENS_SMALL)), len(load_titles()))
+from benchmarks.streams import DEFAULT_FIT, GeneratorConfig, generate_stream, load_fit
+assert str(DEFAULT_FIT).startswith(sys.argv[1]), DEFAULT_FIT
+print(load_fit().events, len(generate_stream(GeneratorConfig(events=2_000))))
 """
 
 
@@ -52,12 +52,12 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.mark.slow
-def test_the_wheel_ships_the_data_set_its_license_and_run_time_files(wheel: Path) -> None:
+def test_the_wheel_ships_the_generator_fit_and_run_time_files_but_no_data_set(
+    wheel: Path,
+) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
-    movielens = "benchmarks/datasets/ml-latest-small"
-    assert {f"{movielens}/ratings.csv.gz", f"{movielens}/movies.csv.gz"} <= names
-    assert f"{movielens}/README.txt" in names  # the data set's usage license
-    assert "benchmarks/datasets/README.md" in names
+    assert "benchmarks/streams/movielens_fit.json" in names  # parameters, not data
+    assert not any("ml-latest-small" in name or "ratings.csv" in name for name in names)
     assert "functions/prices.json" in names
     assert "service/store/migrations/script.py.mako" in names
     vendor = "service/dashboard/static/vendor"
@@ -70,7 +70,7 @@ def test_the_wheel_ships_the_data_set_its_license_and_run_time_files(wheel: Path
 
 
 @pytest.mark.slow
-def test_movielens_loads_from_the_installed_files(wheel: Path, tmp_path: Path) -> None:
+def test_the_generated_stream_draws_from_the_installed_fit(wheel: Path, tmp_path: Path) -> None:
     installed = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(installed)
     result = subprocess.run(
@@ -84,4 +84,4 @@ def test_movielens_loads_from_the_installed_files(wheel: Path, tmp_path: Path) -
         check=False,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["100836", "9742"]
+    assert result.stdout.split() == ["100836", "2000"]

@@ -8,6 +8,8 @@ import pytest
 
 from drift import DETECTORS, DriftAlert, EventDriftMonitor, HeartbeatAggregator, make_detector
 from drift.detectors import DEFAULT_DETECTOR
+from drift.event_confirm import RiseConfirmation
+from drift.event_record import ErrorRecord
 
 EVENT_DETECTORS = ["adwin-event", "page-hinkley", "kswin"]
 HEARTBEAT = 500
@@ -214,3 +216,65 @@ def test_a_rise_after_a_new_versions_settling_errors_is_located_and_alerted() ->
     alerts = _feed(_monitor(DEFAULT_DETECTOR), errors, _many_users(rng, errors.size))
     assert alerts and onset < alerts[0].events_seen <= onset + 2_500
     assert abs(alerts[0].change_events - onset) <= 1_000
+
+
+@pytest.mark.parametrize("seed", [3, 5])
+def test_a_rise_after_a_slow_creep_of_the_level_is_alerted_within_2500_events(seed: int) -> None:
+    """A version that serves long without a swap (no scheduled refresh) lets its errors
+    creep up as the stream moves on. The record's split over all its errors then dates
+    a later sudden rise to the start of the creep, where the rise is diluted (or older
+    than a candidate may be); the change the detector signals lies among the errors
+    since its previous signal, and is judged there."""
+    rng = np.random.default_rng(seed)
+    onset = 40_000
+    rmse = np.r_[np.full(10_000, 0.9), np.linspace(0.9, 1.0, onset - 10_000), np.full(10_000, 1.12)]
+    errors = rmse**2 * rng.chisquare(1, rmse.size)
+    alerts = _feed(_monitor(DEFAULT_DETECTOR), errors, _many_users(rng, errors.size))
+    assert alerts and onset < alerts[0].events_seen <= onset + 2_500, alerts
+
+
+def test_a_change_signalled_before_its_rise_shows_is_judged_again() -> None:
+    """Page-Hinkley may signal a large rise within a hundred events of it, before the
+    record holds enough errors after it for the split to find it; restarted by its own
+    signal, the detector then learns the new level as its mean and stays silent. The
+    signal is judged again over the next heartbeats, and the rise is alerted."""
+    rng = np.random.default_rng(3)
+    onset = 40_000
+    level = np.r_[np.full(onset, 1.0), np.full(10_000, 1.35)]
+    errors = 0.6 * rng.gamma(0.5, level)
+    users = rng.integers(0, 400, level.size).astype(np.uint16)
+    alerts = _feed(_monitor(DEFAULT_DETECTOR), errors, users)
+    assert alerts and onset < alerts[0].events_seen <= onset + 2_500, alerts
+
+
+def test_a_signal_being_judged_again_survives_a_restart() -> None:
+    rng = np.random.default_rng(3)
+    errors = 0.6 * rng.gamma(0.5, np.r_[np.full(40_000, 1.0), np.full(200, 1.35)])
+    monitor = _monitor(DEFAULT_DETECTOR)
+    _feed(monitor, errors, rng.integers(0, 400, errors.size).astype(np.uint16))
+    state = monitor.state()
+    restored = _monitor(DEFAULT_DETECTOR)
+    restored.restore(state)
+    assert restored.state()["rechecks"] == state["rechecks"]
+    assert restored.state()["unsignalled"] == state["unsignalled"]
+    older = {k: v for k, v in state.items() if k not in ("rechecks", "unsignalled")}
+    restored.restore(older)  # a state saved before these were kept still loads
+    assert restored.state()["rechecks"] == [0, 0]
+
+
+@pytest.mark.parametrize(("placed", "seed"), [(4_000, 4), (4_000, 9), (2_500, 4)])
+def test_a_candidate_placed_before_its_change_moves_to_it(placed: int, seed: int) -> None:
+    """A candidate dated 1,500 errors before a 12 % rise reads it diluted, and would
+    until it expired; at the next heartbeat it moves to the rise. One dated right
+    stays where it is."""
+    rng = np.random.default_rng(seed)
+    change = 2_500  # errors since the rise
+    rmse = np.r_[np.full(9_500, 0.9), np.full(change, 0.9 * 1.12)]
+    errors = np.minimum(rmse**2 * rng.chisquare(1, rmse.size), 20.25) / 20.25
+    record = ErrorRecord(reference_events=5_000)
+    record.append(errors, _many_users(rng, errors.size))
+    confirmation = RiseConfirmation(record, _monitor(DEFAULT_DETECTOR))
+    confirmation.candidate = placed
+    confirmation.relocate()
+    assert confirmation.candidate is not None
+    assert abs(confirmation.candidate - change) <= 300

@@ -28,6 +28,10 @@ from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
 from benchmarks.cluster import ClusterConfig, LocalCluster, haproxy_available
+from service.serving.timeline import target
+from service.store.rollbacks import list_rollbacks
+from service.store.rollouts import list_rollouts
+from service.store.versions import list_versions
 from tests.support.databases import external_url, not_configured_reason
 from tests.support.kafka import produce
 from tests.support.synthetic import planted_drift_stream
@@ -92,23 +96,33 @@ def _post(client: httpx.Client, events: list[dict]) -> tuple[dict, int]:
     raise AssertionError(f"POST /ingest failed 20 times; last: {last!r}")
 
 
+def _serving_target(cluster: LocalCluster) -> str | None:
+    """The version the registry says serves: the newest published or promoted one,
+    unless a rollback came after it (a version the rollout guard runs in shadow or
+    holds is not served, and with the stream over it may stay so)."""
+    engine = create_engine(cluster.database_url, poolclass=NullPool)
+    try:
+        with engine.connect() as conn:
+            change = target(list_versions(conn), list_rollbacks(conn), list_rollouts(conn))
+    finally:
+        engine.dispose()
+    return None if change is None else change.version
+
+
 def _idle(cluster: LocalCluster) -> bool:
-    """No job queued or running, and the newest version served by every live replica."""
+    """No job queued or running, and the version the registry says serves served by
+    every live replica."""
     if _sql(cluster, "SELECT id FROM retrain_jobs WHERE status IN ('queued', 'running')"):
         return False
-    newest = _sql(
-        cluster,
-        "SELECT version FROM model_versions WHERE deleted_at IS NULL "
-        "ORDER BY created_at DESC LIMIT 1",
-    )
-    if not newest:
+    serving = _serving_target(cluster)
+    if serving is None:
         return True
     versions = {
         (cluster.health(i) or {}).get("model_version")
         for i in range(len(cluster.replicas))
         if cluster.alive(i)
     }
-    return versions == {newest[0][0]}
+    return versions == {serving}
 
 
 class _Failover:

@@ -18,6 +18,7 @@ import pytest
 
 from benchmarks.launcher import ServerProcess
 from benchmarks.scenarios import PlantedDrift, plant, synthetic_stream
+from tests.support.serving import serves_newest_promoted
 
 pytestmark = pytest.mark.slow
 
@@ -51,18 +52,16 @@ def _wait_for_a_model(client: httpx.Client) -> None:
 
 def _wait_for_alert_version(client: httpx.Client) -> dict:
     """The job that answered the first alert, once it succeeded and serving followed the
-    registry past its version. An alert raised while a refresh runs starts its drift job
-    when the refresh ends."""
+    registry (to its version, unless the rollout guard runs that in shadow or held it).
+    An alert raised while a refresh runs starts its drift job when the refresh ends."""
     for _ in range(1_200):
         alerts = client.get("/drift/alerts").json()["alerts"]
         job_id = min(alerts, key=lambda a: a["events_seen"])["retrain_job_id"] if alerts else None
         job = client.get(f"/jobs/{job_id}").json() if job_id is not None else None
         running = client.get("/healthz").json()["retrain_job_running"]
-        if job is not None and job["status"] == "succeeded" and running is None:
-            models = client.get("/models").json()
-            live = [v["version"] for v in models["versions"] if v["deleted_at"] is None]
-            if models["current"] == live[0]:
-                return job
+        done = job is not None and job["status"] == "succeeded" and running is None
+        if done and serves_newest_promoted(client.get("/models").json()):
+            return job
         time.sleep(0.1)
     raise AssertionError("the first alert's job did not succeed and serve within 120 s")
 

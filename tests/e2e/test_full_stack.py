@@ -26,7 +26,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from benchmarks.broker import EmbeddedBroker
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
+from benchmarks.datasets import load_ratings
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.replay import ReplayConfig, run_replay
 from service.auth.keys import create_key
@@ -34,6 +34,7 @@ from service.store import Database
 from service.store.events import count_events
 from tests.functions.test_s3 import moto_s3_server
 from tests.support.databases import external_url, isolated_schema, not_configured_reason
+from tests.support.datasets import ratings_file
 
 pytestmark = pytest.mark.slow
 
@@ -145,8 +146,9 @@ def _scrape(text: str) -> set[str]:
     return names
 
 
-def test_the_compose_topology_replays_a_trace_end_to_end(stack: dict) -> None:
+def test_the_compose_topology_replays_a_trace_end_to_end(stack: dict, tmp_path: Path) -> None:
     server, db, s3 = stack["server"], stack["db"], stack["s3"]
+    dataset = ratings_file(tmp_path, limit=EVENTS)
     auth = {"Authorization": f"Bearer {stack['admin']}"}
     http = httpx.Client(base_url=server.url, timeout=30)
     assert http.get("/models").status_code == 401  # keys exist: access control is on
@@ -156,7 +158,7 @@ def test_the_compose_topology_replays_a_trace_end_to_end(stack: dict) -> None:
     summary = run_replay(
         ReplayConfig(
             to="kafka",
-            dataset=MOVIELENS_SMALL,
+            dataset=dataset,
             trace="constant",
             rate=2_000,
             bootstrap=stack["broker"].bootstrap,
@@ -181,7 +183,7 @@ def test_the_compose_topology_replays_a_trace_end_to_end(stack: dict) -> None:
     version = served()
     objects = s3.list_objects_v2(Bucket="driftline", Prefix="models/").get("Contents", [])
     assert any(f"/{version}/" in item["Key"] for item in objects), [o["Key"] for o in objects]
-    replayed = load_ratings(MOVIELENS_SMALL, limit=EVENTS)
+    replayed = load_ratings(dataset, limit=EVENTS)
     user = Counter(replayed.user_ids).most_common(1)[0][0]
     answer = http.get("/recommend", params={"user_id": user, "k": 10}, headers=auth).json()
     # A refresh job may publish a newer version between the two reads.

@@ -2,8 +2,9 @@
 
 A synthetic stream with a drift planted at a known event goes through ``POST /ingest``;
 the service must alert after the drift (and not long before), retrain, serve the new
-version, beat a never-retrained model on the drifted segment, ignore a replayed batch,
-and still have everything after a restart. It runs on SQLite and, when
+version once the rollout guard has compared it on the events after it, beat a
+never-retrained model on the drifted segment, ignore a replayed batch, and still have
+everything after a restart. It runs on SQLite and, when
 ``DRIFTLINE_TEST_DATABASE_URL`` is set, on PostgreSQL.
 """
 
@@ -17,6 +18,7 @@ import httpx
 import pytest
 
 from benchmarks.launcher import ServerProcess
+from tests.support.serving import serves_newest_promoted
 from tests.support.synthetic import planted_drift_stream
 
 pytestmark = pytest.mark.slow
@@ -42,16 +44,26 @@ def _segment_rmse(beats: list[dict], key: str, after: int) -> float:
 
 
 def _wait_idle(client: httpx.Client) -> None:
-    """No job running, and the newest version serving: a job is recorded succeeded
-    first, and serving then follows the registry to its version."""
+    """No job running, and the newest version that may serve serving: a job is recorded
+    succeeded first, and serving then follows the registry to its version (a version
+    the rollout guard holds, or still runs in shadow, may not serve)."""
     for _ in range(600):
-        if client.get("/healthz").json()["retrain_job_running"] is None:
-            models = client.get("/models").json()
-            live = [v["version"] for v in models["versions"] if v["deleted_at"] is None]
-            if not live or models["current"] == live[0]:
-                return
+        idle = client.get("/healthz").json()["retrain_job_running"] is None
+        if idle and serves_newest_promoted(client.get("/models").json()):
+            return
         time.sleep(0.1)
     raise AssertionError("retraining job still running, or its version not served, after 60 s")
+
+
+def _wait_for_drift_version(client: httpx.Client) -> None:
+    """A drift job has published its version (which the rollout guard then runs in
+    shadow on the events that follow)."""
+    for _ in range(600):
+        jobs = client.get("/jobs").json()["jobs"]
+        if any(j["trigger"] == "drift" and j["status"] == "succeeded" for j in jobs):
+            return
+        time.sleep(0.1)
+    raise AssertionError("no drift job published within 60 s of the drift")
 
 
 def _replay(client: httpx.Client, events: list[dict]) -> None:
@@ -60,6 +72,10 @@ def _replay(client: httpx.Client, events: list[dict]) -> None:
         assert response.status_code == 200, response.text
         if start == 1_000:
             _wait_idle(client)  # the bootstrap model must serve before the drift arrives
+        if start == DRIFT_AT + 2_000:
+            # The drift job's version serves once the guard has compared it with the
+            # serving one on live events: the rest of the stream is those events.
+            _wait_for_drift_version(client)
 
 
 def _snapshot(client: httpx.Client) -> dict:

@@ -21,6 +21,9 @@ pytestmark = pytest.mark.slow
 SETTINGS = {
     "DRIFTLINE_RETRAIN_ENABLED": "false",  # only the job this test asks for
     "DRIFTLINE_RETRAIN_WORKERS": "2",
+    # Worker processes, whose epochs are long enough to kill one mid-job (GP-OPT would
+    # train this small window in the service's own process, in milliseconds an epoch).
+    "DRIFTLINE_RETRAIN_WORKER_KINDS": "lambda",
     "DRIFTLINE_BATCH_SIZE": "32",  # many minibatches: epochs long enough to kill one
     "DRIFTLINE_MAX_EPOCHS": "12",
     "DRIFTLINE_TARGET_LOSS": "none",

@@ -402,17 +402,18 @@ def _assert_resumed_like_an_uninterrupted_job(
     assert result.holdout_rmse == pytest.approx(reference.holdout_rmse, rel=0.05)
 
 
-@pytest.mark.slow
-def test_a_coordinator_dropped_mid_job_resumes_on_real_workers(
-    window: RatingsWindow, tmp_path: Path, make_local_runtime: Callable[..., LocalRuntime]
+def check_a_dropped_coordinator_resumes(
+    make_runtime: Callable[..., Any], window: RatingsWindow, tmp_path: Path
 ) -> None:
-    make_runtime = make_local_runtime
+    """A job on ``make_runtime``'s workers, its coordinator dropped after three of six
+    epochs with stragglers in flight, resumes from its checkpoint and ends like the
+    same job run without a break."""
     policy = SyncPolicy.selective(2 / 3)
-    reference_store = _store(tmp_path / "reference")
     reference = _run_job(
-        _backend(make_runtime(slowdown=_stragglers()), reference_store, policy), window, 6
+        _backend(make_runtime(slowdown=_stragglers()), _store(tmp_path / "reference"), policy),
+        window,
+        6,
     )
-
     store = _store(tmp_path / "job")
     crashed = _backend(make_runtime(slowdown=_stragglers()), store, policy)
     with pytest.raises(_Crash):
@@ -425,6 +426,13 @@ def test_a_coordinator_dropped_mid_job_resumes_on_real_workers(
     at_resume = resumed.epochs[-1].loss
     result = _run_job(resumed, window, 6, resumed=True)
     _assert_resumed_like_an_uninterrupted_job(result, reference, at_resume, first_new=3)
+
+
+@pytest.mark.slow
+def test_a_coordinator_dropped_mid_job_resumes_on_real_workers(
+    window: RatingsWindow, tmp_path: Path, make_local_runtime: Callable[..., LocalRuntime]
+) -> None:
+    check_a_dropped_coordinator_resumes(make_local_runtime, window, tmp_path)
 
 
 def _coordinator_main(root: str) -> None:

@@ -52,10 +52,27 @@ def _settings(data_dir: Path, database_url: str, **overrides: Any) -> Settings:
 
 
 @pytest.fixture
-def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[[], Driftline]]:
+def guard_enabled() -> bool:
+    """The rollout guard is on; tests whose point is that a published version serves
+    (after a restart, on another replica) parametrize it off."""
+    return True
+
+
+@pytest.fixture
+def make_pipeline(
+    tmp_path: Path, database_url: str, guard_enabled: bool
+) -> Iterator[Callable[[], Driftline]]:
     """Builds pipelines on one data directory and database (a second call is a restart)."""
-    with pipeline_factory(lambda **o: _settings(tmp_path / "data", database_url, **o)) as make:
+    with pipeline_factory(
+        lambda **o: _settings(
+            tmp_path / "data", database_url, **{"guard_enabled": guard_enabled, **o}
+        )
+    ) as make:
         yield make
+
+
+#: A published version serves at once (the guard's shadow is tested on its own).
+served_when_published = pytest.mark.parametrize("guard_enabled", [False])
 
 
 @pytest.fixture
@@ -270,6 +287,7 @@ def test_a_restart_restores_the_version_the_clock_and_the_static_baseline(
     assert replayed.max() < 0.2 and replayed.mean() < fresh.mean() / 5
 
 
+@served_when_published
 def test_after_a_restart_the_static_baseline_stays_the_first_version(
     served: Driftline, make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
@@ -327,6 +345,7 @@ class _Crash(BaseException):
 
 
 @pytest.mark.slow
+@served_when_published
 def test_a_restart_resumes_a_distributed_job_from_its_checkpoint(
     served: Driftline, make_pipeline: Callable[[], Driftline]
 ) -> None:
@@ -385,6 +404,7 @@ def test_a_restart_counts_labelled_events_past_the_last_heartbeat(
     assert restarted.learner.labelled_seen == 170
 
 
+@served_when_published
 def test_a_second_process_follows_versions_published_by_another(
     served: Driftline, make_pipeline: Callable[[], Driftline], events: list[NewEvent]
 ) -> None:
@@ -400,6 +420,7 @@ def test_a_second_process_follows_versions_published_by_another(
     assert follower.swapper.follow_registry() is False
 
 
+@served_when_published
 def test_a_crash_between_publishing_and_recording_publishes_one_version(
     served: Driftline, make_pipeline: Callable[[], Driftline]
 ) -> None:

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from benchmarks.datasets import MOVIELENS_SMALL, load_ratings
 from drift.ranking import NOT_RANKED, RankingSampler
 from functions.mf import BiasedMF
 from service.app import create_app
@@ -26,6 +25,7 @@ from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
 from service.stream.ranking import PrequentialRanking
 from service.wiring import Driftline, build_driftline
+from tests.support.datasets import movielens_or_generated
 from tests.support.pipelines import pipeline_factory
 
 MOVIELENS_EVENTS = 8_000
@@ -46,7 +46,7 @@ def _settings(data_dir: Path, database_url: str | None = None, **overrides: Any)
 
 
 def _movielens(start: int, stop: int) -> list[NewEvent]:
-    stream = load_ratings(MOVIELENS_SMALL, limit=stop)
+    stream = movielens_or_generated(limit=stop)
     return [
         NewEvent(
             stream.user_ids[i],

@@ -53,8 +53,15 @@ def make_pipeline(tmp_path: Path, database_url: str) -> Iterator[Callable[..., D
         lambda **overrides: small_settings(
             tmp_path / "data",
             database_url,
-            # These tests are about a job's workers and objects, not its configurator.
-            **{"max_epochs": 3, "retrain_configurator": "static", **overrides},
+            # These tests are about a job's workers and objects, not its configurator,
+            # and follow a job until its version serves, which the rollout guard's
+            # shadow would put off (tests/service/test_rollout_guard.py).
+            **{
+                "max_epochs": 3,
+                "retrain_configurator": "static",
+                "guard_enabled": False,
+                **overrides,
+            },
         )
     ) as make:
         yield make
@@ -286,7 +293,9 @@ def test_retention_keeps_the_version_a_job_of_another_process_builds_on(
 def test_models_lists_the_versions_retention_deleted(settings: Settings) -> None:
     """Through the HTTP API: manual jobs publish, the follower swaps and prunes, and
     ``/models`` still lists every version, saying which artifacts are gone."""
-    settings = settings.model_copy(update={"retention_versions": 1, "max_epochs": 2})
+    settings = settings.model_copy(
+        update={"retention_versions": 1, "max_epochs": 2, "guard_enabled": False}
+    )
     events = [
         {"event_id": f"e{i}", "user_id": f"u{i % 7}", "item_id": f"i{i % 11}", "rating": 3.0}
         for i in range(150)

@@ -24,6 +24,13 @@ from tests.support.synthetic import stationary_stream
 EVENTS = stationary_stream(n_users=20, n_items=15, n_events=120, factors=2, seed=3)
 
 
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """Each version serves once published: these tests are about rollbacks by hand, not
+    about the rollout guard (``tests/service/test_rollout_guard.py``)."""
+    return settings.model_copy(update={"guard_enabled": False})
+
+
 def _publish(client: TestClient, seed: int, job_id: int | None = None) -> str:
     """Publish a model fitted on the test stream and let the registry follower serve it."""
     model = BiasedMF(factors=2, seed=seed)

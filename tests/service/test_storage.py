@@ -42,6 +42,9 @@ def pipeline(tmp_path: Path, database_url: str, runtime: str) -> Iterator[Driftl
         refresh_events=None,
         retention_versions=3,
         registry_poll_seconds=None,
+        # Each job's version serves at once, so retention prunes after every swap; the
+        # guard's shadow is tested on its own (tests/service/test_rollout_guard.py).
+        guard_enabled=False,
     )
     built = build_driftline(settings, background_retrain=False)
     yield built

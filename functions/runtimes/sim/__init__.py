@@ -53,6 +53,11 @@ shard named by the worker event is read from the object store for its sample cou
 writes an empty delta (no rows) under the event's ``delta_key``, so that a coordinator
 that reads deltas runs end to end, its model unchanged: timing and cost only.
 
+GPU containers (:mod:`functions.runtimes.sim.gpu`) are the torch worker's seconds on one
+GPU (fixed, per-sample and per-batch seconds, calibrated from its measured speed-ups over
+the numpy worker), a container's start-up, and EC2's per-second bill for being held;
+:func:`simulate_gpu_epochs` times synchronous epochs on them.
+
 The VM baselines (:mod:`functions.runtimes.sim.vm`) run the same per-sample compute
 in the same virtual time on a peak-sized VM or an autoscaled fleet, billed for being up.
 
@@ -67,6 +72,7 @@ directly, without a store or a model, for configuration searches.
 (1.6, True, 1.1, 2.7)
 """
 
+from functions.gpu_performance import GpuKind, GpuModel, fit_gpu_model, gpu_kind, gpu_kinds
 from functions.performance import (
     DEFAULT_MODEL,
     CalibrationFit,
@@ -79,6 +85,7 @@ from functions.runtimes.base import register_runtime
 from functions.runtimes.sim.bill import FunctionBill, function_bill
 from functions.runtimes.sim.clock import SimFuture, VirtualClock
 from functions.runtimes.sim.epochs import EpochTiming, Simulation, simulate_epochs
+from functions.runtimes.sim.gpu import GpuSimulation, simulate_gpu_epochs
 from functions.runtimes.sim.runtime import SimRuntime
 from functions.runtimes.sim.vm import AutoscaledFleet, PeakSizedVm
 from functions.runtimes.sim.work import StoreWork, UncostablePayload
@@ -86,6 +93,9 @@ from functions.runtimes.sim.work import StoreWork, UncostablePayload
 __all__ = [
     "AutoscaledFleet",
     "FunctionBill",
+    "GpuKind",
+    "GpuModel",
+    "GpuSimulation",
     "PeakSizedVm",
     "function_bill",
     "DEFAULT_MODEL",
@@ -100,8 +110,12 @@ __all__ = [
     "VirtualClock",
     "Work",
     "calibrate",
+    "fit_gpu_model",
     "fit_performance_model",
+    "gpu_kind",
+    "gpu_kinds",
     "simulate_epochs",
+    "simulate_gpu_epochs",
 ]
 
 register_runtime("sim", SimRuntime)

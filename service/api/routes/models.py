@@ -1,4 +1,5 @@
-"""GET /models: the registry; POST /models/{version}/rollback: serve an earlier version."""
+"""GET /models: the registry, with the rollout guard's record of each version; POST
+/models/{version}/rollback: serve an earlier version."""
 
 from __future__ import annotations
 
@@ -35,9 +36,17 @@ def models(registry: RegistryDep, reads: ReadsDep) -> ModelsPublic:
                 trigger=interval.trigger,
             )
         )
+    guarded = reads.rollouts()
     return ModelsPublic(
         current=reads.serving_version,
-        versions=[VersionPublic(**row, serving=served.get(row["version"], [])) for row in rows],
+        versions=[
+            VersionPublic(
+                **row,
+                serving=served.get(row["version"], []),
+                guard=guarded.get(row["version"]),
+            )
+            for row in rows
+        ],
         rollbacks=[RollbackPublic(**row) for row in registry.rollbacks()],
     )
 
