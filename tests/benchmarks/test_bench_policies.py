@@ -79,7 +79,9 @@ def test_best_effort_is_the_yardstick_and_vms_bill_for_being_up(result: dict) ->
 def test_the_comparisons_carry_bootstrap_intervals_and_the_report_its_plots(result: dict) -> None:
     ratio = result["comparisons"]["wits"]["cost_ratio_vm_at_090"]
     low, high = ratio["ci95"]
-    assert low <= ratio["mean"] <= high and ratio["seeds_reaching"] == 3
+    # A seed where adwin's laxest threshold never retrains and still holds 0.90 has no
+    # finite ratio (the VM's bill over nothing): seed 2 on MovieLens' first 15,000 events.
+    assert low <= ratio["mean"] <= high and 2 <= ratio["seeds_reaching"] <= 3
     report = Path(result["report"])
     assert "## Headline" in report.read_text()
     for name in ("policies_fig7_retrain_time.png", "policies_fig8_cost_accuracy.png"):
