@@ -37,6 +37,11 @@ def _items_of(data_dir: Path, client: httpx.Client) -> dict[str, set[str]]:
     return items
 
 
+def _in_shadow(models: dict) -> bool:
+    """Whether a version runs in the rollout guard's shadow (``GET /models``)."""
+    return any((v.get("guard") or {}).get("state") == "shadow" for v in models["versions"])
+
+
 @pytest.mark.parametrize("index", ["exact", "ann"])
 def test_concurrent_clients_across_hot_swaps_see_no_errors(tmp_path: Path, index: str) -> None:
     data_dir = tmp_path / "data"
@@ -106,10 +111,14 @@ def test_concurrent_clients_across_hot_swaps_see_no_errors(tmp_path: Path, index
             while time.monotonic() - started < 240 and (
                 len(swaps_seen) < SWAPS + 1 or time.monotonic() - started < 15
             ):
-                current = client.get("/models").json()["current"]
-                if current:
-                    swaps_seen.add(current)
-                if client.get("/healthz").json()["retrain_job_running"] is None:
+                models = client.get("/models").json()
+                if models["current"]:
+                    swaps_seen.add(models["current"])
+                # As a scheduled job does, wait while a version is in shadow: a newer
+                # version would supersede it before the guard could promote it.
+                if not _in_shadow(models) and (
+                    client.get("/healthz").json()["retrain_job_running"] is None
+                ):
                     client.post("/retrain")
                 time.sleep(0.5)
         finally:
