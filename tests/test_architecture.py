@@ -31,6 +31,7 @@ PACKAGES = {
 #: Parts of ``service/`` by rank: a part imports only parts of a lower rank.
 SERVICE_RANKS = {
     "service.settings": 0,
+    "service.background": 0,
     "service.metrics": 1,
     "service.store": 1,
     "service.livefeed": 1,

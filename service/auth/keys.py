@@ -19,7 +19,6 @@ import hmac
 import logging
 import re
 import secrets
-import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from service.auth.scopes import checked, granted
+from service.background import BackgroundLoop
 from service.store import Database
 from service.store.keys import (
     active_key_exists,
@@ -146,8 +146,7 @@ class KeyRing:
         self.refresh_seconds = refresh_seconds
         self.snapshot = KeySnapshot.load(db)
         self._used: dict[str, float] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("key-ring")
 
     def refresh(self) -> None:
         """Reread the keys now and write when they were last used."""
@@ -167,15 +166,12 @@ class KeyRing:
         self._used[entry.key_id] = time.time()
 
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="key-ring", daemon=True)
-        self._thread.start()
+        self._loop.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=10)
+        self._loop.stop(timeout_s=10)
         self.refresh()  # the last uses are written
 
     def _run(self) -> None:
-        while not self._stop.wait(self.refresh_seconds):
+        while not self._loop.stopped.wait(self.refresh_seconds):
             self.refresh()

@@ -24,6 +24,7 @@ from typing import Any
 
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
+from service.background import BackgroundLoop
 from service.store import Database
 from service.store.leases import Claimant, Lease, claim_lease, read_lease, release_lease
 
@@ -58,8 +59,7 @@ class Leadership:
         self._token: int | None = None
         self._seen: Lease | None = None
         self._renewed_at = 0.0
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("leadership")
         self._round = threading.Lock()
 
     @property
@@ -125,17 +125,12 @@ class Leadership:
     def start(self) -> None:
         """Claim now, then keep claiming on a thread of its own until ``stop``."""
         self.claim()
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="leadership", daemon=True)
-        self._thread.start()
+        self._loop.start(self._run)
 
     def stop(self, *, release: bool = True) -> None:
         """Stop the election; with ``release`` a leader lets the lease go at once, so
         another replica takes over without waiting for it to expire."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=self.lease_s)
-            self._thread = None
+        self._loop.stop(timeout_s=self.lease_s)
         if release and self.is_leader:
             with self._round:
                 try:
@@ -146,7 +141,7 @@ class Leadership:
                 self._step_down("it is shutting down")
 
     def _run(self) -> None:
-        while not self._stop.wait(self.lease_s / 3):
+        while not self._loop.stopped.wait(self.lease_s / 3):
             self.claim()
 
     def _become_leader(self, token: int) -> None:

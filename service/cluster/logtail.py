@@ -17,6 +17,8 @@ from collections.abc import Callable
 
 from sqlalchemy.exc import SQLAlchemyError
 
+from service.background import BackgroundLoop
+
 log = logging.getLogger(__name__)
 
 #: How often ``wait_for`` looks at the applied position.
@@ -40,8 +42,7 @@ class LogTail:
         #: The newest log position seen at the last look (for the lag metric).
         self.seen_head = 0
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("log-tail", wake=self._wake)
 
     @property
     def lag(self) -> int:
@@ -68,26 +69,20 @@ class LogTail:
         return True
 
     def start(self) -> None:
-        self._stop.clear()
-        self._thread = threading.Thread(target=self._run, name="log-tail", daemon=True)
-        self._thread.start()
+        self._loop.start(self._run)
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
 
     def _run(self) -> None:
-        while not self._stop.is_set():
+        while not self._loop.stopped.is_set():
             try:
                 self.look()
             except SQLAlchemyError:
                 log.warning("log tail: database unreachable; trying again", exc_info=True)
-                self._stop.wait(1.0)
+                self._loop.stopped.wait(1.0)
             except Exception:  # the tail must outlive a bad batch; the next look retries
                 log.exception("log tail: applying the log failed")
-                self._stop.wait(1.0)
+                self._loop.stopped.wait(1.0)
             self._wake.wait(self.poll_s)
             self._wake.clear()

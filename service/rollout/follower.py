@@ -10,10 +10,13 @@ again: the loop ends only when stopped.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
+
+from service.background import BackgroundLoop
 
 log = logging.getLogger(__name__)
 
@@ -33,24 +36,14 @@ class RegistryFollower:
         self.published = published
         self.on_tick = list(on_tick)
         self.looks = list(looks)
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("registry-follower")
 
     def start(self, every: float | None) -> None:
         """Follow on a thread; ``every`` None: only this process's publications."""
-        if self._thread is not None:
-            return
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, args=(every,), name="registry-follower", daemon=True
-        )
-        self._thread.start()
+        self._loop.start(functools.partial(self._run, every))
 
     def stop(self) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
 
     def tick(self) -> None:
         """Run each tick task once; one that fails does not keep the others from running."""
@@ -62,7 +55,7 @@ class RegistryFollower:
 
     def _run(self, every: float | None) -> None:
         polled = time.monotonic()
-        while not self._stop.is_set():
+        while not self._loop.stopped.is_set():
             self.published.wait(timeout=TICK_S)
             self.tick()
             due = every is not None and time.monotonic() - polled >= every

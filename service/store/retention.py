@@ -35,8 +35,8 @@ What is never archived, whatever the policy says (``target``):
 
 from __future__ import annotations
 
+import functools
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -46,6 +46,7 @@ from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from functions.artifacts import sha256_hex
 from functions.objectstore import ObjectStore
+from service.background import BackgroundLoop
 from service.settings.retention import RetentionPolicy
 from service.store import Database, archives
 from service.store.archives import Partition
@@ -142,8 +143,7 @@ class Archiver:
         self.batch_rows = options.batch_rows or BATCH_ROWS.get(
             db.engine.dialect.name, FALLBACK_BATCH_ROWS
         )
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._loop = BackgroundLoop("retention")
 
     # -- one run ----------------------------------------------------------------------
     def run_once(self) -> RetentionRun:
@@ -154,7 +154,7 @@ class Archiver:
             pending = archives.unpurged(conn)
         for partition in pending:
             run.deleted += self._purge(partition)
-        while self.leading() and not self._stop.is_set():
+        while self.leading() and not self._loop.stopped.is_set():
             started = time.perf_counter()
             with self.db.connect() as conn:
                 after = archives.boundary(conn)
@@ -268,7 +268,7 @@ class Archiver:
         transaction; then mark it purged. Returns the events deleted."""
         deleted, low = 0, partition.first_id
         while low <= partition.last_id:
-            if self._stop.is_set():
+            if self._loop.stopped.is_set():
                 return deleted
             high = min(low + self.batch_rows, partition.last_id + 1)
             started = time.perf_counter()
@@ -292,26 +292,19 @@ class Archiver:
         its step would let the next delete take the lock first, again and again.
         """
         took = time.perf_counter() - started
-        self._stop.wait(max(self.options.pause_s, REST_RATIO * took))
+        self._loop.stopped.wait(max(self.options.pause_s, REST_RATIO * took))
 
     # -- the thread ---------------------------------------------------------------------
     def start(self, interval_s: float) -> None:
         """Run every ``interval_s`` on a thread of its own, while this process leads."""
-        self._stop.clear()
-        self._thread = threading.Thread(
-            target=self._run, args=(interval_s,), name="retention", daemon=True
-        )
-        self._thread.start()
+        self._loop.start(functools.partial(self._run, interval_s))
 
     def stop(self) -> None:
         """Stop after the delete transaction in flight (the next run finishes it)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=30)
-            self._thread = None
+        self._loop.stop()
 
     def _run(self, interval_s: float) -> None:
-        while not self._stop.wait(interval_s):
+        while not self._loop.stopped.wait(interval_s):
             if not self.leading():
                 continue
             try:
