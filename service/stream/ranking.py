@@ -31,7 +31,7 @@ from drift.ranking import (
 )
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
-from service.serving.vector import BIAS, EXTRA
+from service.serving.vector import BIAS, EXTRA, SCALE
 from service.serving.view import ServingView
 from service.store.events import NewEvent
 
@@ -537,17 +537,21 @@ class PrequentialRanking:
         )
 
     def _static_ranks(self, model: BiasedMF, events: RankedEvents) -> np.ndarray:
+        """The never-retrained version's ranks, by its own score μ + b_u + b_i + q_i · p_u.
+
+        A user it never saw gets what its predictions give such a user (the RMSE's
+        static track): no bias and no factors, so its items rank by μ + b_i.
+        """
         rows = model.encode_users(events.users)
-        placed = rows >= 0
-        if not placed.any():
-            return np.full(len(rows), NOT_RANKED, dtype=np.int64)
-        known = np.where(placed, rows, rows[placed][0])
-        scale = np.ones(len(known))  # the version's own score: μ + b_u + b_i + q_i · p_u
-        vectors = np.column_stack([model.user_factors[known], model.user_bias[known], scale])
+        known = rows >= 0
+        vectors = np.zeros((len(rows), model.factors + 2))
+        vectors[known, : model.factors] = model.user_factors[rows[known]]
+        vectors[known, BIAS] = model.user_bias[rows[known]]
+        vectors[:, SCALE] = 1.0  # the version's item biases as they are
         return self._static.ranks(
             model,
             vectors,
-            placed,
+            np.ones(len(rows), dtype=bool),
             events,
             global_mean=model.global_mean,
             item_bias=model.item_bias,

@@ -106,16 +106,15 @@ def _reference_batch(
                         model, vectors[labelled], view.global_mean, view.item_bias, item, excluded
                     )
                 frozen = served
-                if static is not None:
-                    frozen = NOT_RANKED
+                if static is not None:  # a user it never saw: no bias, no factors
                     row = static.user_index.get(user)
+                    own = np.zeros(static.factors + 2)
+                    own[-1] = 1.0
                     if row is not None:
-                        own = np.concatenate(
-                            [static.user_factors[row], [static.user_bias[row], 1.0]]
-                        )
-                        frozen = _reference_rank(
-                            static, own, static.global_mean, static.item_bias, item, excluded
-                        )
+                        own[:-2], own[-2] = static.user_factors[row], static.user_bias[row]
+                    frozen = _reference_rank(
+                        static, own, static.global_mean, static.item_bias, item, excluded
+                    )
                 pending.append((served, frozen))
             else:
                 pending.append((-1, -1))
