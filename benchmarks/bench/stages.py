@@ -18,6 +18,11 @@ steady path between jobs:
 * ``other``: everything else ``Driftline.ingest`` does (the rest of the learner and the
   path's own code).
 
+The monitor's parts are reported beside it (``monitor_parts``, inside ``monitor``, not
+added to the total): ``detector`` (the detector's heartbeat updates), ``segments`` (the
+segment buffer's counts) and ``write`` (the commit of the heartbeats the batch closed,
+with the detector's state; ``StreamMonitor.flush``).
+
 river's ``BiasedMF`` learns the same events in the same run: its events/s is the
 yardstick the learning path is held to (BENCHMARKS.md "prequential").
 """
@@ -49,6 +54,13 @@ STAGES = (
     "trigger",
 )
 
+#: Parts of the ``monitor`` stage, timed inside it: (name, attribute of the monitor, method).
+MONITOR_PARTS = (
+    ("detector", "detector", "update"),
+    ("segments", "segments", "record"),
+    ("write", None, "flush"),
+)
+
 
 def _instrument(pipeline: Driftline, clock: StageClock) -> None:
     learner = pipeline.learner
@@ -61,6 +73,9 @@ def _instrument(pipeline: Driftline, clock: StageClock) -> None:
     clock.wrap("monitor", pipeline.monitor, "observe")
     clock.wrap("trigger", pipeline.trigger, "observe_events")
     clock.wrap("trigger", pipeline.trigger, "after_batch")
+    monitor = pipeline.monitor
+    for part, owner, method in MONITOR_PARTS:
+        clock.wrap(f"monitor.{part}", monitor if owner is None else getattr(monitor, owner), method)
 
 
 def run_stages(
@@ -94,6 +109,10 @@ def run_stages(
         "events_timed": events,
         "batch_size": batch_size,
         **{f"{stage}_us_per_event": round(us, 2) for stage, us in per_event.items()},
+        "monitor_parts_us_per_event": {
+            part: round(clock.seconds[f"monitor.{part}"] / events * 1e6, 2)
+            for part, _, _ in MONITOR_PARTS
+        },
         "total_us_per_event": round(total / events * 1e6, 2),
         "driftline_events_per_s": events / total,
         "river_events_per_s": river.events_per_s,
