@@ -6,11 +6,28 @@ coordinator never branches on which one runs its workers.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Collection
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+
+class WorkerContext:
+    """The part of Lambda's context object a worker uses, for a worker run against a
+    wall-clock ``deadline`` (``time.time()`` seconds): the thread, local and Ray runtimes."""
+
+    function_name = "driftline-worker"
+
+    def __init__(self, request_id: str, memory_mb: int, deadline: float) -> None:
+        self.aws_request_id = request_id
+        self.memory_limit_in_mb = memory_mb
+        self._deadline = deadline
+
+    def get_remaining_time_in_millis(self) -> int:
+        return max(0, int((self._deadline - time.time()) * 1000))
+
 
 #: Outcomes an invocation can have, as Lambda reports them.
 OK, ERROR, TIMEOUT, OUT_OF_MEMORY = "ok", "error", "timeout", "out_of_memory"

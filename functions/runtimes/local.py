@@ -41,24 +41,12 @@ from functions.runtimes.base import (
     TIMEOUT,
     InvocationRecord,
     Runtime,
+    WorkerContext,
     register_runtime,
 )
 
 DEFAULT_HANDLER = "functions.handler:handler"
 _POLL_S = 0.005
-
-
-class _Context:
-    """The part of Lambda's context object a worker uses."""
-
-    def __init__(self, request_id: str, memory_mb: int, deadline: float) -> None:
-        self.aws_request_id = request_id
-        self.memory_limit_in_mb = memory_mb
-        self.function_name = "driftline-worker"
-        self._deadline = deadline
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.time()) * 1000))
 
 
 #: How much lower than the service's the containers' CPU priority is (``os.nice``).
@@ -80,7 +68,7 @@ def _container_main(conn: Connection, handler_path: str, niceness: int = 0) -> N
         request_id, payload, memory_mb, deadline, slowdown = message
         try:
             started = time.perf_counter()
-            result = handler(payload, _Context(request_id, memory_mb, deadline))
+            result = handler(payload, WorkerContext(request_id, memory_mb, deadline))
             if slowdown > 1.0:  # an injected straggler: a slow instance, billed as such
                 time.sleep((slowdown - 1.0) * (time.perf_counter() - started))
             conn.send((OK, result))

@@ -58,6 +58,7 @@ from functions.runtimes.base import (
     TIMEOUT,
     InvocationRecord,
     Runtime,
+    WorkerContext,
     register_runtime,
 )
 
@@ -77,20 +78,6 @@ _MIB = 1024 * 1024
 
 #: The handlers this worker process has imported, by ``module:function``.
 _LOADED: dict[str, Handler] = {}
-
-
-class _Context:
-    """The part of Lambda's context object a worker uses."""
-
-    function_name = "driftline-worker"
-
-    def __init__(self, request_id: str, memory_mb: int, deadline: float) -> None:
-        self.aws_request_id = request_id
-        self.memory_limit_in_mb = memory_mb
-        self._deadline = deadline
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.time()) * 1000))
 
 
 def _load(handler_path: str) -> tuple[Handler, float | None]:
@@ -139,7 +126,7 @@ def _worker_task(
     started = time.perf_counter()
     outcome: dict[str, Any]
     try:
-        result = handler(payload, _Context(request_id, memory_mb, time.time() + timeout_s))
+        result = handler(payload, WorkerContext(request_id, memory_mb, time.time() + timeout_s))
         if slowdown > 1.0:  # an injected straggler: a slow instance, billed as such
             time.sleep((slowdown - 1.0) * (time.perf_counter() - started))
         outcome = {"status": OK, "result": result}

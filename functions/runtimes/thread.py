@@ -18,27 +18,21 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from functions.pricing import LambdaPrices, lambda_prices
-from functions.runtimes.base import ERROR, OK, TIMEOUT, InvocationRecord, Runtime, register_runtime
+from functions.runtimes.base import (
+    ERROR,
+    OK,
+    TIMEOUT,
+    InvocationRecord,
+    Runtime,
+    WorkerContext,
+    register_runtime,
+)
 
 Handler = Callable[[dict[str, Any], Any], dict[str, Any]]
 
 #: How far past its deadline an injected straggler's sleep may run: enough that the
 #: invocation is seen to overrun and is reported as a timeout.
 _PAST_DEADLINE_S = 0.01
-
-
-class _Context:
-    """The part of Lambda's context object a worker uses."""
-
-    function_name = "driftline-worker"
-
-    def __init__(self, request_id: str, memory_mb: int, deadline: float) -> None:
-        self.aws_request_id = request_id
-        self.memory_limit_in_mb = memory_mb
-        self._deadline = deadline
-
-    def get_remaining_time_in_millis(self) -> int:
-        return max(0, int((self._deadline - time.time()) * 1000))
 
 
 class ThreadRuntime(Runtime):
@@ -89,7 +83,7 @@ class ThreadRuntime(Runtime):
     ) -> InvocationRecord:
         record.queued_s = time.perf_counter() - submitted
         started = time.perf_counter()
-        context = _Context(record.request_id, record.memory_mb, time.time() + timeout_s)
+        context = WorkerContext(record.request_id, record.memory_mb, time.time() + timeout_s)
         try:
             result = self.handler(payload, context)
             factor = float(record.labels["slowdown"])
