@@ -1,11 +1,14 @@
-"""The GPU worker: the same update as the numpy worker, computed with torch.
+"""The GPU worker: the same invocation as the numpy worker, its arithmetic in torch.
 
-CUDA when present, the CPU otherwise. Each minibatch step is the model's own
-(:meth:`functions.mf.BiasedMF.fit_epoch` on one minibatch): errors from the parameters
-before the step, then every touched row moves by the mean of its samples' gradients
-with L2 decay, users and items from the same pre-step values. So the delta a GPU worker
-writes matches the numpy worker's to floating-point tolerance, and the coordinator can
-mix both. This is the one module of ``functions`` that may import torch; it does not go
+CUDA when present, the CPU otherwise. The shard goes to the device once; the errors
+over it before and after training, its distinct rows and every minibatch step run
+there (:mod:`functions.trainers`). Each step is the numpy worker's
+(:func:`functions.mf_sgd.sgd_step`): errors from the parameters before the step, then
+every touched row moves by the mean of its samples' gradients with L2 decay, users and
+items from the same pre-step values. So the delta a GPU worker writes matches the numpy
+worker's to floating-point tolerance, and the coordinator can mix both.
+
+This is the one module of ``functions`` that may import torch; it does not go
 into the Lambda package's runtime path.
 """
 
@@ -24,33 +27,60 @@ def default_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
-class TorchStepper:
-    """Minibatch SGD on torch tensors of a :class:`BiasedMF` (shapes as the model's)."""
+class TorchTrainer:
+    """A :class:`~functions.trainers.ShardTrainer` whose shard and model live on a torch
+    device: the shard's errors, its distinct rows and every step run there; the host
+    sends one permutation per epoch and reads the model back once."""
 
     def __init__(
-        self, model: BiasedMF, rng: np.random.Generator, device: torch.device | None = None
+        self,
+        model: BiasedMF,
+        users: np.ndarray,
+        items: np.ndarray,
+        ratings: np.ndarray,
+        device: torch.device | None = None,
     ) -> None:
         self.model = model
-        self.rng = rng
         self.device = device or default_device()
         tensor = lambda a: torch.as_tensor(np.ascontiguousarray(a), device=self.device)  # noqa: E731
         self.user_bias = tensor(model.user_bias)
         self.item_bias = tensor(model.item_bias)
         self.user_factors = tensor(model.user_factors)
         self.item_factors = tensor(model.item_factors)
+        self.users = tensor(np.asarray(users, dtype=np.int64))
+        self.items = tensor(np.asarray(items, dtype=np.int64))
+        self.ratings = tensor(np.asarray(ratings, dtype=np.float64)).to(self.user_bias.dtype)
+        self.order = torch.arange(len(ratings), device=self.device)
 
-    def step(self, u: np.ndarray, i: np.ndarray, r: np.ndarray) -> float:
-        order = self.rng.permutation(len(r))  # the numpy step draws the same permutation
-        users = torch.as_tensor(u[order], device=self.device)
-        items = torch.as_tensor(i[order], device=self.device)
-        ratings = torch.as_tensor(r[order], dtype=self.user_bias.dtype, device=self.device)
+    def _errors(
+        self, users: torch.Tensor, items: torch.Tensor, ratings: torch.Tensor
+    ) -> torch.Tensor:
+        dot = (self.user_factors[users] * self.item_factors[items]).sum(dim=1)
+        predicted = self.model.global_mean + self.user_bias[users] + self.item_bias[items] + dot
+        return ratings - predicted
+
+    def mse(self) -> float:
+        err = self._errors(self.users, self.items, self.ratings)
+        return float((err @ err).item()) / len(err)
+
+    def rows(self) -> tuple[np.ndarray, np.ndarray]:
+        return (
+            torch.unique(self.users).cpu().numpy().astype(np.int64, copy=False),
+            torch.unique(self.items).cpu().numpy().astype(np.int64, copy=False),
+        )
+
+    def shuffle(self, order: np.ndarray) -> None:
+        self.order = torch.as_tensor(order, device=self.device)
+
+    def step(self, start: int, stop: int) -> float:
+        batch = self.order[start:stop]
+        users, items = self.users[batch], self.items[batch]
         pu, qi = self.user_factors[users], self.item_factors[items]
-        predicted = self.model.global_mean + self.user_bias[users] + self.item_bias[items]
-        err = ratings - (predicted + (pu * qi).sum(dim=1))
+        err = self._errors(users, items, self.ratings[batch])
         lr, reg = self.model.learning_rate, self.model.regularization
         _mean_step(users, err, err[:, None] * qi, self.user_bias, self.user_factors, lr, reg)
         _mean_step(items, err, err[:, None] * pu, self.item_bias, self.item_factors, lr, reg)
-        return float((err @ err).item()) / len(r)
+        return float((err @ err).item()) / len(batch)
 
     def sync(self) -> None:
         self.model.user_bias[:] = self.user_bias.cpu().numpy()
@@ -83,4 +113,4 @@ def _mean_step(
 def handler(event: dict, context: Any) -> dict:
     """The GPU worker's entry point: :func:`functions.handler.handler` on torch."""
     task: WorkerTask = parse_event(event)
-    return run_worker(task, context=context, stepper=TorchStepper)[0]
+    return run_worker(task, context=context, trainer=TorchTrainer)[0]

@@ -11,11 +11,11 @@ One worker's pass over a shard::
 Calibration (``docs/simulator.md``, "GPU containers"): ``GPU_MEASURED`` are the torch
 worker's minibatch steps on an H100 as multiples of the numpy worker's steps' speed on
 the same window; the numpy worker's seconds come from the calibrated Lambda worker
-model (``DEFAULT_MODEL`` at one vCPU), of which ``NUMPY_HOST_SHARE`` is not its steps but
-the rest of the invocation (the shard read, the loss over the shard before and after,
-the minibatches' slicing, the delta), which the torch worker runs on the host's CPU as
-the numpy worker does. Other GPU types scale the H100's seconds by ``TYPE_FACTORS``,
-which are assumptions, not measurements.
+model (``DEFAULT_MODEL`` at one vCPU), of which ``NUMPY_HOST_SHARE`` is the part that
+stays on the host's CPU when the worker's arithmetic moves to a device (the snapshot
+and shard read, one permutation per epoch, the delta; :mod:`functions.trainers`). Other
+GPU types scale the H100's seconds by ``TYPE_FACTORS``, which are assumptions, not
+measurements.
 """
 
 from __future__ import annotations
@@ -31,17 +31,20 @@ from functions.pricing import GpuPrices, gpu_prices, gpu_types
 
 #: The torch worker's epoch on an H100 as a multiple of the numpy worker's speed on the
 #: same window: ``(ratings, batch size, speed-up)``. The 2·10^5 window's batch size was
-#: not recorded with it; 8,192 is assumed.
+#: not recorded with it; 8,192 is assumed. They were measured on the earlier torch
+#: worker, which gathered each minibatch on the host and copied it to the device per
+#: step; today's gathers on the device, so these understate it (not yet measured).
 GPU_MEASURED: tuple[tuple[int, int, float], ...] = (
     (200_000, 8192, 0.49),
     (2_000_000, 8192, 5.8),
     (2_000_000, 65_536, 23.0),
 )
-#: Of the numpy worker's seconds on a shard of 2·10^6 ratings, the share outside its
-#: minibatch steps, which a GPU does not speed up (``driftline bench gpu``'s
+#: Of the numpy worker's seconds on a shard of 2·10^6 ratings, the share that stays on
+#: the host when its arithmetic runs on a device (``driftline bench gpu``'s
 #: ``worker_split``, :mod:`benchmarks.bench.gpu_split`; measured 2026-11-29 on a shared
-#: two-core machine, the median over batches of 1,024, 8,192 and 65,536).
-NUMPY_HOST_SHARE = 0.49
+#: two-core machine, the median over batches of 1,024, 8,192 and 65,536: 0.13, 0.12 and
+#: 0.12, most of it the shard's decompression).
+NUMPY_HOST_SHARE = 0.12
 #: Seconds of an invocation that are neither per sample nor per batch: the model's
 #: tensors copied to the device and back (an assumption: tens of milliseconds for models
 #: of up to a few hundred thousand rows).
@@ -68,9 +71,9 @@ class GpuModel:
         Seconds of the steps on the GPU per sample update and per minibatch, and per
         invocation.
     host_s_per_sample
-        Seconds per sample of the invocation's work on the host's CPU (the shard read,
-        the loss over the shard before and after, the minibatches' slicing, the delta):
-        the numpy worker's, whatever the GPU, so :meth:`scaled` leaves it.
+        Seconds per sample of the invocation's work on the host's CPU (the snapshot and
+        shard read, the epoch's permutation, the delta): the numpy worker's, whatever
+        the GPU, so :meth:`scaled` leaves it.
     cuda_init_s
         The CUDA context's one-time start in a fresh process (part of a container's
         start-up, not of any epoch).
@@ -148,7 +151,7 @@ def calibrate_gpu(
     of relative errors) to the points of the largest window, where a fixed start cannot
     hide; the smaller windows' excess over that fit is the CUDA context's start (its
     median). The host work is the numpy worker's, per sample, on top: the torch worker
-    runs it on the host's CPU (Amdahl's law: the steps' speed-up is not the worker's).
+    runs it on the host's CPU (Amdahl's law: the device's speed-up is not the worker's).
     """
     points = [(n, b, numpy_seconds(numpy_model, n, b, host_share) / s) for n, b, s in measured]
     largest = max(n for n, _, _ in points)

@@ -7,8 +7,9 @@ A worker
 1. pulls φ_t and its data shard (see :mod:`functions.shards`) from the store,
 2. measures the mean squared error on its shard,
 3. runs ``local_epochs`` passes of shuffled minibatch SGD over the shard
-   (:meth:`functions.mf.BiasedMF.fit_epoch`, one minibatch at a time so that it can
-   stop between minibatches when the function's time runs out),
+   (:func:`functions.mf_sgd.sgd_step` through a :mod:`functions.trainers` trainer, one
+   minibatch at a time so that it can stop between minibatches when the function's
+   time runs out),
 4. measures the error again and pushes its update, ``trained - snapshot`` on the rows
    its shard touched, to ``delta_key``, where the coordinator averages the first κ
    workers' deltas into φ_{t+1} (:func:`functions.shards.average_deltas`).
@@ -58,7 +59,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, fields
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -66,6 +67,7 @@ from functions.artifacts import model_from_bytes, sha256_hex
 from functions.mf import BiasedMF
 from functions.objectstore import ObjectStore, open_object_store, validate_key
 from functions.shards import make_delta, read_shard, snapshot_rows, write_delta
+from functions.trainers import NumpyTrainer, TrainerFactory
 
 __all__ = [
     "EventError",
@@ -217,40 +219,17 @@ def _remaining_s(context: object) -> Callable[[], float] | None:
     return lambda: float(get()) / 1000.0
 
 
-class Stepper(Protocol):
-    """Runs SGD minibatches on a model; the GPU worker swaps in a torch one."""
-
-    def step(self, u: np.ndarray, i: np.ndarray, r: np.ndarray) -> float:
-        """One minibatch update; returns its mean squared error before the update."""
-
-    def sync(self) -> None:
-        """Make the model's numpy arrays reflect every step taken."""
-
-
-class NumpyStepper:
-    """The model's own vectorised minibatch step (:meth:`BiasedMF.fit_epoch`)."""
-
-    def __init__(self, model: BiasedMF, rng: np.random.Generator) -> None:
-        self.model = model
-        self.rng = rng
-
-    def step(self, u: np.ndarray, i: np.ndarray, r: np.ndarray) -> float:
-        return self.model.fit_epoch(u, i, r, batch_size=len(r), rng=self.rng)
-
-    def sync(self) -> None:
-        return None
-
-
 def run_worker(
     task: WorkerTask,
     store: ObjectStore | None = None,
     context: object = None,
-    stepper: Callable[[BiasedMF, np.random.Generator], Stepper] = NumpyStepper,
+    trainer: TrainerFactory = NumpyTrainer,
 ) -> tuple[dict[str, Any], BiasedMF]:
     """Run `task` (see :func:`handler`) and return its result and the trained model.
 
-    `store` defaults to the one ``task.store_url`` names. The trained model is what the
-    delta written to ``task.delta_key`` turns the snapshot into, on the delta's rows.
+    `store` defaults to the one ``task.store_url`` names; `trainer` holds the shard and
+    does its arithmetic (:mod:`functions.trainers`). The trained model is what the delta
+    written to ``task.delta_key`` turns the snapshot into, on the delta's rows.
     """
     started = time.perf_counter()
     store = _store(task.store_url) if store is None else store
@@ -270,10 +249,10 @@ def run_worker(
     model.learning_rate = float(task.learning_rate)
     model.regularization = float(task.regularization)
 
-    loss_before = model.mse_encoded(u, i, r)
-    before = snapshot_rows(model, u, i)
+    shard_trainer = trainer(model, u, i, r)
+    loss_before = shard_trainer.mse()
+    before = snapshot_rows(model, *shard_trainer.rows())
     rng = np.random.default_rng([task.seed, task.epoch, task.worker])
-    trainer = stepper(model, rng)
     remaining = _remaining_s(context)
     n, batch_size = len(r), task.batch_size
     sse = 0.0
@@ -285,13 +264,14 @@ def run_worker(
         order = rng.permutation(n)
         if epoch == 0:
             first_epoch_order = order
+        shard_trainer.shuffle(order)
         for start in range(0, n, batch_size):
-            batch = order[start : start + batch_size]
+            stop = min(start + batch_size, n)
             tick = time.perf_counter()
-            loss = trainer.step(u[batch], i[batch], r[batch])
+            loss = shard_trainer.step(start, stop)
             slowest = max(slowest, time.perf_counter() - tick)
-            sse += loss * len(batch)
-            samples_trained += len(batch)
+            sse += loss * (stop - start)
+            samples_trained += stop - start
             more_to_do = start + batch_size < n or epoch + 1 < task.local_epochs
             if more_to_do and remaining is not None and remaining() < task.time_margin_s + slowest:
                 stopped_early = True
@@ -300,7 +280,7 @@ def run_worker(
             break
         epochs_completed += 1
     train_loss = sse / samples_trained
-    trainer.sync()
+    shard_trainer.sync()
 
     if epochs_completed:
         user_rows, item_rows = before["user_rows"], before["item_rows"]
@@ -308,7 +288,7 @@ def run_worker(
         assert first_epoch_order is not None  # set when the first pass starts
         done = first_epoch_order[:samples_trained]
         user_rows, item_rows = np.unique(u[done]), np.unique(i[done])
-    loss_after = model.mse_encoded(u, i, r)
+    loss_after = shard_trainer.mse()
     delta = make_delta(before, model, user_rows, item_rows)
     finite = all(np.isfinite(a).all() for a in delta.values())
     if not (finite and math.isfinite(loss_after) and math.isfinite(train_loss)):

@@ -3,13 +3,14 @@
 For each window (2·10^5 and 2·10^6 ratings by default; ``--windows`` adds 2·10^7) a
 synthetic rating stream of that size with a planted low-rank structure, a model of
 one user per hundred ratings and one item per three hundred (8 factors), and for each
-batch size both workers' minibatch steps (:class:`functions.handler.NumpyStepper`,
-:class:`functions.gpu.TorchStepper`) from the same model and the same shuffle:
+batch size both workers' minibatch steps (:class:`functions.trainers.NumpyTrainer`,
+:class:`functions.gpu.TorchTrainer`) from the same model and the same shuffle:
 
 * **time per epoch**: the shuffle of the window, plus ``steps`` minibatch steps timed
   after ``warmup`` untimed ones, scaled to the epoch's ``⌈n/b⌉`` steps (a fixed number
   of steps keeps a 2·10^7 window to seconds on a CPU); the torch worker's one-time
-  start (the model's tensors to the device) is reported apart, as ``torch_setup_s``,
+  start (the model's and the shard's tensors to the device) is reported apart, as
+  ``torch_setup_s``,
   and the device's first use (a CUDA context) is taken before anything is timed;
 * **loss after equal epochs**: on the smallest window both workers train
   ``loss_epochs`` whole epochs and report their training MSE; on the others, the MSE
@@ -40,8 +41,8 @@ from typing import Any
 
 import numpy as np
 
-from functions.handler import NumpyStepper
 from functions.mf import BiasedMF
+from functions.trainers import NumpyTrainer
 
 WINDOWS = (200_000, 2_000_000)
 #: The largest window the worker split runs on (whole worker invocations, repeated).
@@ -67,50 +68,36 @@ def synthetic_window(n: int, seed: int = 0) -> tuple[BiasedMF, np.ndarray, np.nd
 
 
 def _time_steps(
-    stepper: Any,
-    users: np.ndarray,
-    items: np.ndarray,
-    ratings: np.ndarray,
-    order: np.ndarray,
-    batch: int,
-    steps: int,
-    warmup: int,
+    trainer: Any, order: np.ndarray, batch: int, steps: int, warmup: int
 ) -> tuple[float, float]:
     """Seconds per timed step and the MSE of the samples' batches (before each step)."""
+    trainer.shuffle(order)
     sse = samples = 0.0
     start, timed = 0, 0.0
     for k in range(warmup + steps):
-        rows = order[start : start + batch]
-        if not len(rows):
-            start, rows = 0, order[:batch]
+        if start >= len(order):
+            start = 0
+        stop = min(start + batch, len(order))
         tick = time.perf_counter()
-        loss = stepper.step(users[rows], items[rows], ratings[rows])
+        loss = trainer.step(start, stop)
         if k >= warmup:
             timed += time.perf_counter() - tick
-        sse, samples = sse + loss * len(rows), samples + len(rows)
+        sse, samples = sse + loss * (stop - start), samples + (stop - start)
         start += batch
     return timed / max(steps, 1), sse / samples
 
 
-def _epoch_loss(
-    stepper: Any,
-    users: np.ndarray,
-    items: np.ndarray,
-    ratings: np.ndarray,
-    batch: int,
-    epochs: int,
-    seed: int,
-) -> float:
+def _epoch_loss(trainer: Any, n: int, batch: int, epochs: int, seed: int) -> float:
     """Training MSE of the last of ``epochs`` whole epochs (as the worker runs them)."""
     rng = np.random.default_rng(seed)
     loss = math.nan
     for _ in range(epochs):
-        order = rng.permutation(len(ratings))
+        trainer.shuffle(rng.permutation(n))
         sse = 0.0
-        for start in range(0, len(order), batch):
-            rows = order[start : start + batch]
-            sse += stepper.step(users[rows], items[rows], ratings[rows]) * len(rows)
-        loss = sse / len(order)
+        for start in range(0, n, batch):
+            stop = min(start + batch, n)
+            sse += trainer.step(start, stop) * (stop - start)
+        loss = sse / n
     return loss
 
 
@@ -124,41 +111,36 @@ def measure_window(
     seed: int = 0,
 ) -> list[dict[str, Any]]:
     """Both workers on a synthetic window of ``n`` ratings at each batch size."""
-    from functions.gpu import TorchStepper
+    from functions.gpu import TorchTrainer
 
     model, users, items, ratings = synthetic_window(n, seed)
     tick = time.perf_counter()
     order = np.random.default_rng(seed).permutation(n)
     shuffle_s = time.perf_counter() - tick
+
+    def trainer(name: str, copy: BiasedMF) -> Any:
+        if name == "numpy":
+            return NumpyTrainer(copy, users, items, ratings)
+        return TorchTrainer(copy, users, items, ratings, device)
+
     out = []
     for b in batch_sizes:
         epoch_steps = math.ceil(n / b)
         timed = min(steps, epoch_steps)
         row: dict[str, Any] = {"window": n, "batch_size": b, "steps_per_epoch": epoch_steps}
         for name in ("numpy", "torch"):
-            rng = np.random.default_rng([seed, b])
-            copy = model.copy()
             tick = time.perf_counter()
-            stepper = (
-                NumpyStepper(copy, rng) if name == "numpy" else TorchStepper(copy, rng, device)
-            )
+            runner = trainer(name, model.copy())
             setup = time.perf_counter() - tick
-            per_step, loss = _time_steps(stepper, users, items, ratings, order, b, timed, warmup)
+            per_step, loss = _time_steps(runner, order, b, timed, warmup)
             row[f"{name}_s_per_step"] = per_step
             row[f"{name}_s_per_epoch"] = shuffle_s + per_step * epoch_steps
             row[f"{name}_loss_after_steps"] = loss
             if name == "torch":
                 row["torch_setup_s"] = setup
             if loss_epochs:
-                fresh = NumpyStepper if name == "numpy" else None
-                again = model.copy()
-                runner = (
-                    fresh(again, np.random.default_rng(seed))
-                    if fresh
-                    else TorchStepper(again, np.random.default_rng(seed), device)
-                )
                 row[f"{name}_loss_after_epochs"] = _epoch_loss(
-                    runner, users, items, ratings, b, loss_epochs, seed
+                    trainer(name, model.copy()), n, b, loss_epochs, seed
                 )
         row["steps_timed"] = timed
         row["speedup"] = row["numpy_s_per_epoch"] / row["torch_s_per_epoch"]

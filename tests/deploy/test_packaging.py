@@ -142,7 +142,7 @@ def test_the_zip_is_deterministic_and_holds_only_the_worker(tmp_path: Path) -> N
         "lambda_function.py",
         *(f"functions/{m}.py" for m in ("__init__", "artifacts", "handler", "mf")),
         *(f"functions/{m}.py" for m in ("mf_arrays", "mf_checks", "mf_rows", "mf_sgd", "topk")),
-        *(f"functions/{m}.py" for m in ("objectstore", "s3", "shards")),
+        *(f"functions/{m}.py" for m in ("objectstore", "s3", "shards", "trainers")),
     }
     assert not any("__pycache__" in name or "/test" in name for name in names)
     assert {info.date_time for info in infos} == {(1980, 1, 1, 0, 0, 0)}

@@ -13,14 +13,14 @@ torch = pytest.importorskip("torch")
 
 
 def test_the_torch_worker_writes_the_numpy_workers_delta(problem: Problem) -> None:  # noqa: F811
-    from functions.gpu import TorchStepper, default_device
+    from functions.gpu import TorchTrainer, default_device
 
     everything = np.ones(len(problem.ratings), dtype=bool)
     shard = problem.shard(0, 1, everything)
     numpy_event = problem.event(shard, delta_key="deltas/job-1/000000/numpy.npz")
     torch_event = problem.event(shard, delta_key="deltas/job-1/000000/torch.npz")
     numpy_result, numpy_model = run_worker(parse_event(numpy_event))
-    torch_result, torch_model = run_worker(parse_event(torch_event), stepper=TorchStepper)
+    torch_result, torch_model = run_worker(parse_event(torch_event), trainer=TorchTrainer)
 
     assert torch_result["loss_after"] < torch_result["loss_before"]
     assert torch_result["loss_after"] == pytest.approx(numpy_result["loss_after"], rel=1e-9)
@@ -33,6 +33,27 @@ def test_the_torch_worker_writes_the_numpy_workers_delta(problem: Problem) -> No
     for name in ours:
         np.testing.assert_allclose(ours[name], theirs[name], atol=1e-10)
     assert default_device().type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def test_the_torch_trainer_scores_and_steps_the_shard_as_numpys(problem: Problem) -> None:  # noqa: F811
+    from functions.gpu import TorchTrainer
+    from functions.trainers import NumpyTrainer
+
+    model = problem.model()
+    u, i, r = problem.users, problem.items, problem.ratings
+    ours, theirs = TorchTrainer(model.copy(), u, i, r), NumpyTrainer(model.copy(), u, i, r)
+    assert ours.mse() == pytest.approx(theirs.mse(), rel=1e-12)
+    for mine, reference in zip(ours.rows(), theirs.rows(), strict=True):
+        np.testing.assert_array_equal(mine, reference)
+    order = np.random.default_rng(3).permutation(len(r))
+    ours.shuffle(order)
+    theirs.shuffle(order)
+    for start in range(0, len(r), 7):
+        stop = min(start + 7, len(r))
+        assert ours.step(start, stop) == pytest.approx(theirs.step(start, stop), rel=1e-9)
+    assert ours.mse() == pytest.approx(theirs.mse(), rel=1e-9)
+    ours.sync()
+    np.testing.assert_allclose(ours.model.item_factors, theirs.model.item_factors, atol=1e-10)
 
 
 def test_the_gpu_handler_has_lambdas_signature(problem: Problem) -> None:  # noqa: F811

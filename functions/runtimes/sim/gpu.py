@@ -13,17 +13,16 @@ the epoch's slowest worker. One worker's pass over a shard::
 
 The per-batch term is what makes a GPU slow on small batches: every minibatch step
 launches a few dozen kernels, sorts its rows (``torch.unique``) and waits for its loss.
-The steps' per-sample term is the copy to the device and the kernels' own work. So the
-steps' throughput grows with the batch size. The host's per-sample term is the rest of
-the invocation, which the torch worker runs on the CPU as the numpy worker does (the
-shard read, the loss over the shard before and after, the minibatches' slicing, the
-delta): on a large window it is most of a pass.
+The steps' per-sample term is the kernels' own work. So the steps' throughput grows
+with the batch size. The host's per-sample term is the part of the invocation that
+stays on the CPU (:mod:`functions.trainers`: the snapshot and shard read, one
+permutation per epoch, the delta); the shard's errors and rows are found on the device.
 
 Calibration (``docs/simulator.md``, "GPU containers"): ``GPU_MEASURED`` are the torch
 worker's steps on an H100 as multiples of the numpy worker's steps' speed on the same
 window (0.49x on 2·10^5 ratings; 5.8x at batch 8,192 and 23x at 65,536 on 2·10^6). The
 numpy worker's seconds come from the calibrated Lambda worker model (``DEFAULT_MODEL`` at
-one vCPU), ``NUMPY_HOST_SHARE`` of them outside its steps; the two 2·10^6 points fix the
+one vCPU), ``NUMPY_HOST_SHARE`` of them on the host; the two 2·10^6 points fix the
 steps' per-batch and per-sample seconds, and the 2·10^5 point, far slower than they
 predict, is read as the CUDA context's one-time start (``cuda_init_s``, part of a
 container's start-up). Other GPU types scale the H100's steps by ``TYPE_FACTORS``,
@@ -32,12 +31,12 @@ which are assumptions, not measurements.
 >>> from functions.gpu_performance import gpu_kind
 >>> a10g = gpu_kind("a10g")
 >>> round(a10g.model.seconds(10_000_000, 65_536), 2), round(a10g.model.seconds(200_000, 8192), 3)
-(11.86, 0.298)
+(3.87, 0.167)
 >>> run = simulate_gpu_epochs(1, 10_000_000, 3, a10g, batch_size=65_536, seed=0)
 >>> [round(d, 2) for d in run.epoch_durations]  # the first waits for the container
-[101.92, 11.77, 12.23]
->>> round(run.cost_usd, 4)  # held 125.9 s, the first 20 unbilled: 106 billed seconds
-0.0296
+[93.89, 3.84, 3.99]
+>>> round(run.cost_usd, 4)  # held 101.7 s, the first 20 unbilled: 82 billed seconds
+0.0229
 """
 
 from __future__ import annotations
