@@ -11,8 +11,13 @@ Events at or before the boundary come from the archive, the rest from the table.
 reader never locks anything against the archiver: it reads the boundary, reads the
 table after it, and reads the boundary again. Events are deleted only once the partition
 holding them is recorded, which moves the boundary past them; so an unchanged boundary
-means no event the table read covered was deleted under it, and a moved one (a partition
-recorded meanwhile, rare) means reading again.
+means no event the table read covered was deleted under it. A moved one (partitions
+recorded meanwhile, from ``b0`` to ``b1``) means only the events in ``(b0, b1]`` may be
+missing from what the table gave: they are read again from those partitions, which are
+written once, and everything after ``b1`` was still in the table when it was read. So a
+long read (a retraining window of millions of events while the archiver keeps pace with
+the stream) is patched, never read again from the start. Short reads (``log_after``'s
+pages) simply read again.
 """
 
 from __future__ import annotations
@@ -57,17 +62,22 @@ class EventLog:
         """Labelled events with ``after_id < id <= up_to_id``, in log order
         (``events.labelled_events`` over the whole log)."""
 
+        def archived(lower: int, upper: int) -> LabelledEvents:
+            start, end = max(after_id, lower), _lower(up_to_id, upper)
+            if start >= end:
+                return LabelledEvents.from_rows([])
+            return LabelledEvents.concat_all(
+                [
+                    self.reader.read(p).between(start, end).labelled()
+                    for p in archives.partitions(conn, start, end)
+                ]
+            )
+
         def read(boundary: int) -> LabelledEvents:
             table = labelled_events(conn, max(after_id, boundary), up_to_id)
-            if after_id >= boundary:
-                return table
-            parts = [
-                self.reader.read(p).between(after_id, _lower(up_to_id, boundary)).labelled()
-                for p in archives.partitions(conn, after_id, _lower(up_to_id, boundary))
-            ]
-            return LabelledEvents.concat_all([*parts, table])
+            return LabelledEvents.concat_all([archived(0, boundary), table])
 
-        return _stable(conn, read)
+        return _patched(conn, read, archived, _splice)
 
     def log_after(
         self,
@@ -102,16 +112,22 @@ class EventLog:
             return LabelledEvents.from_rows([])
         stride = sample_stride(up_to_id, size)
 
+        def archived(lower: int, upper: int) -> LabelledEvents:
+            end = min(up_to_id, upper)
+            if lower >= end:
+                return LabelledEvents.from_rows([])
+            return LabelledEvents.concat_all(
+                [
+                    self.reader.read(p).between(lower, end).labelled(every=stride)
+                    for p in archives.partitions(conn, lower, end)
+                ]
+            )
+
         def read(boundary: int) -> LabelledEvents:
             table = sample_labelled(conn, up_to_id, size, after_id=boundary)
-            end = min(up_to_id, boundary)
-            parts = [
-                self.reader.read(p).between(0, end).labelled(every=stride)
-                for p in archives.partitions(conn, 0, end)
-            ]
-            return LabelledEvents.concat_all([*parts, table])
+            return LabelledEvents.concat_all([archived(0, boundary), table])
 
-        return _stable(conn, read)
+        return _patched(conn, read, archived, _splice)
 
     def uniform_sample(
         self, conn: Connection, up_to_id: int, size: int, seed: int
@@ -121,16 +137,26 @@ class EventLog:
         if size <= 0 or up_to_id <= 0:
             return LabelledEvents.from_rows([])
 
+        def archived(lower: int, upper: int) -> LabelledEvents:
+            end = min(up_to_id, upper)
+            drawn = LabelledEvents.from_rows([])
+            if lower >= end:
+                return drawn
+            for partition in archives.partitions(conn, lower, end):
+                found = self.reader.read(partition).between(lower, end).labelled()
+                drawn = _lowest(LabelledEvents.concat_all([drawn, found]), size, seed)
+            return drawn
+
         def read(boundary: int) -> LabelledEvents:
             table = uniform_labelled(conn, up_to_id, size, seed, after_id=boundary)
-            end = min(up_to_id, boundary)
-            drawn = LabelledEvents.from_rows([])
-            for partition in archives.partitions(conn, 0, end):
-                found = self.reader.read(partition).between(0, end).labelled()
-                drawn = _lowest(LabelledEvents.concat_all([drawn, found]), size, seed)
-            return _lowest(LabelledEvents.concat_all([drawn, table]), size, seed)
+            return _lowest(LabelledEvents.concat_all([archived(0, boundary), table]), size, seed)
 
-        return _stable(conn, read)
+        def merge(
+            kept: LabelledEvents, lower: int, upper: int, patch: LabelledEvents
+        ) -> LabelledEvents:
+            return _lowest(_splice(kept, lower, upper, patch), size, seed)
+
+        return _patched(conn, read, archived, merge)
 
 
 def _stable(conn: Connection, read: Callable[[int], T]) -> T:
@@ -140,6 +166,43 @@ def _stable(conn: Connection, read: Callable[[int], T]) -> T:
         found = read(boundary)
         if archives.boundary(conn) == boundary:
             return found
+
+
+def _patched(
+    conn: Connection,
+    read: Callable[[int], LabelledEvents],
+    archived: Callable[[int, int], LabelledEvents],
+    merge: Callable[[LabelledEvents, int, int, LabelledEvents], LabelledEvents],
+) -> LabelledEvents:
+    """``read(boundary)``; if the boundary moved from ``b0`` to ``b1`` meanwhile, the
+    events in ``(b0, b1]`` replaced by ``archived(b0, b1)`` (see the module docstring)
+    through ``merge(found, b0, b1, archived)``. Later moves change nothing: every event
+    after ``b1`` was in the table when the read passed it."""
+    boundary = archives.boundary(conn)
+    found = read(boundary)
+    moved = archives.boundary(conn)
+    if moved == boundary:
+        return found
+    return merge(found, boundary, moved, archived(boundary, moved))
+
+
+def _splice(found: LabelledEvents, lower: int, upper: int, patch: LabelledEvents) -> LabelledEvents:
+    """``found`` (in id order) with its events in ``(lower, upper]`` replaced by
+    ``patch``'s."""
+    start = int(np.searchsorted(found.ids, lower, side="right"))
+    stop = int(np.searchsorted(found.ids, upper, side="right"))
+    return LabelledEvents.concat_all(
+        [_slice(found, 0, start), patch, _slice(found, stop, len(found))]
+    )
+
+
+def _slice(events: LabelledEvents, start: int, stop: int) -> LabelledEvents:
+    return LabelledEvents(
+        ids=events.ids[start:stop],
+        user_ids=events.user_ids[start:stop],
+        item_ids=events.item_ids[start:stop],
+        ratings=events.ratings[start:stop],
+    )
 
 
 def _lower(up_to_id: int | None, boundary: int) -> int:

@@ -438,6 +438,47 @@ def test_a_retraining_window_across_the_boundary_is_the_one_before_archiving(
     assert windows() == before
 
 
+@pytest.mark.parametrize("table_read", ["labelled_events", "sample_labelled", "uniform_labelled"])
+def test_a_window_read_while_the_archiver_moves_is_patched_not_read_again(
+    db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch, table_read: str
+) -> None:
+    """The archiver records partitions and deletes their rows while a long window read
+    is in the table: the read gets the events it missed from those partitions, and reads
+    the table once."""
+    import service.store.eventlog as eventlog
+
+    _store(db, _events(1_200, 13, "race"))
+    _published(db)
+    source = StoreWindowSource(db, EventLog(store))
+    with db.connect() as conn:
+        head = max_event_id(conn)
+    policies = [
+        WindowPolicy(history_sample=200),
+        ChangeWindowPolicy(after_id=head // 3, history_ratio=0.5, seed=7),
+    ]
+
+    def windows() -> list[Any]:
+        built = [policy.build(source, head // 4, head) for policy in policies]
+        return [(w.user_ids, w.item_ids, w.ratings.tolist()) for w in built]
+
+    before = windows()
+    real = getattr(eventlog, table_read)
+    reads: list[int] = []
+    runs = iter(["400 events", "250 events"])
+
+    def racing(conn: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(1)
+        retention = next(runs, None)
+        if retention is not None:  # the archiver moves the boundary under this read
+            assert _archiver(db, store, retention).run_once().deleted > 0
+        return real(conn, *args, **kwargs)
+
+    monkeypatch.setattr(eventlog, table_read, racing)
+    assert windows() == before
+    once_per_build = {"labelled_events": 2, "sample_labelled": 1, "uniform_labelled": 1}
+    assert len(reads) == once_per_build[table_read]
+
+
 @pytest.fixture
 def retention_pipelines(tmp_path: Path, database_url: str) -> Iterator[Callable[..., Driftline]]:
     """Pipelines that keep the newest 100 events (and the 4,096 a restart reloads)."""
