@@ -53,14 +53,21 @@ class TorchTrainer:
         self.order = torch.arange(len(ratings), device=self.device)
 
     def _errors(
-        self, users: torch.Tensor, items: torch.Tensor, ratings: torch.Tensor
+        self,
+        users: torch.Tensor,
+        items: torch.Tensor,
+        ratings: torch.Tensor,
+        pu: torch.Tensor,
+        qi: torch.Tensor,
     ) -> torch.Tensor:
-        dot = (self.user_factors[users] * self.item_factors[items]).sum(dim=1)
-        predicted = self.model.global_mean + self.user_bias[users] + self.item_bias[items] + dot
-        return ratings - predicted
+        """Rating minus prediction, from the rows' factors ``pu`` and ``qi``."""
+        predicted = self.model.global_mean + self.user_bias[users] + self.item_bias[items]
+        return ratings - (predicted + (pu * qi).sum(dim=1))
 
     def mse(self) -> float:
-        err = self._errors(self.users, self.items, self.ratings)
+        users, items = self.users, self.items
+        pu, qi = self.user_factors[users], self.item_factors[items]
+        err = self._errors(users, items, self.ratings, pu, qi)
         return float((err @ err).item()) / len(err)
 
     def rows(self) -> tuple[np.ndarray, np.ndarray]:
@@ -76,7 +83,7 @@ class TorchTrainer:
         batch = self.order[start:stop]
         users, items = self.users[batch], self.items[batch]
         pu, qi = self.user_factors[users], self.item_factors[items]
-        err = self._errors(users, items, self.ratings[batch])
+        err = self._errors(users, items, self.ratings[batch], pu, qi)
         lr, reg = self.model.learning_rate, self.model.regularization
         _mean_step(users, err, err[:, None] * qi, self.user_bias, self.user_factors, lr, reg)
         _mean_step(items, err, err[:, None] * pu, self.item_bias, self.item_factors, lr, reg)

@@ -415,24 +415,35 @@ def test_a_drift_change_point_in_the_archive_stands_at_its_boundary(
 
 
 # -- readers ------------------------------------------------------------------------------
-def test_a_retraining_window_across_the_boundary_is_the_one_before_archiving(
-    db: Database, store: ObjectStore
-) -> None:
-    _store(db, _events(1_200, 12, "win"))
+def _window_builds(
+    db: Database, store: ObjectStore, prefix: str, *, seed: int, since_share: int, extra: bool
+) -> tuple[Callable[[], list[Any]], int]:
+    """1,200 stored events and a function that builds a default window and drift windows
+    over them (since ``head // since_share``), as comparable columns; and the head id.
+    ``extra`` adds a drift window over the last 100 events."""
+    _store(db, _events(1_200, seed, prefix))
     _published(db)
     source = StoreWindowSource(db, EventLog(store))
     with db.connect() as conn:
         head = max_event_id(conn)
-    policies = [
+    policies: list[WindowPolicy | ChangeWindowPolicy] = [
         WindowPolicy(history_sample=200),
         ChangeWindowPolicy(after_id=head // 3, history_ratio=0.5, seed=7),
-        ChangeWindowPolicy(after_id=head - 100, history_ratio=2.0, seed=1),
     ]
+    if extra:
+        policies.append(ChangeWindowPolicy(after_id=head - 100, history_ratio=2.0, seed=1))
 
     def windows() -> list[Any]:
-        built = [policy.build(source, head // 2, head) for policy in policies]
+        built = [policy.build(source, head // since_share, head) for policy in policies]
         return [(w.user_ids, w.item_ids, w.ratings.tolist()) for w in built]
 
+    return windows, head
+
+
+def test_a_retraining_window_across_the_boundary_is_the_one_before_archiving(
+    db: Database, store: ObjectStore
+) -> None:
+    windows, head = _window_builds(db, store, "win", seed=12, since_share=2, extra=True)
     before = windows()
     assert _archiver(db, store, "300 events").run_once().boundary > head // 2
     assert windows() == before
@@ -447,20 +458,7 @@ def test_a_window_read_while_the_archiver_moves_is_patched_not_read_again(
     the table once."""
     import service.store.eventlog as eventlog
 
-    _store(db, _events(1_200, 13, "race"))
-    _published(db)
-    source = StoreWindowSource(db, EventLog(store))
-    with db.connect() as conn:
-        head = max_event_id(conn)
-    policies = [
-        WindowPolicy(history_sample=200),
-        ChangeWindowPolicy(after_id=head // 3, history_ratio=0.5, seed=7),
-    ]
-
-    def windows() -> list[Any]:
-        built = [policy.build(source, head // 4, head) for policy in policies]
-        return [(w.user_ids, w.item_ids, w.ratings.tolist()) for w in built]
-
+    windows, _ = _window_builds(db, store, "race", seed=13, since_share=4, extra=False)
     before = windows()
     real = getattr(eventlog, table_read)
     reads: list[int] = []
