@@ -108,7 +108,7 @@ def bench(
         typer.Argument(
             help=(
                 "Benchmark: prequential, stages, drift, ingest, sync, memory, serve, cluster, "
-                "configurator, policies, generator, gpu or soak."
+                "configurator, policies, generator, gpu, soak or archive."
             )
         ),
     ],
@@ -170,7 +170,10 @@ def bench(
         ),
     ] = None,
     events: Annotated[
-        int | None, typer.Option(min=1_000, help="soak: events of the stream (default 10^7).")
+        int | None,
+        typer.Option(
+            min=1_000, help="soak: events of the stream (default 10^7); archive: of the log (10^6)."
+        ),
     ] = None,
     replicas: Annotated[
         int | None, typer.Option(min=1, help="soak: driftline serve replicas (default 2).")

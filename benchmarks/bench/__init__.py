@@ -3,6 +3,7 @@
 from collections.abc import Callable
 from typing import Any
 
+from benchmarks.bench.archive import run_archive
 from benchmarks.bench.cluster import run_cluster
 from benchmarks.bench.configurator import run_configurator
 from benchmarks.bench.drift import run_drift
@@ -31,6 +32,7 @@ BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "generator": run_generator,
     "soak": run_soak,
     "gpu": run_gpu,
+    "archive": run_archive,
 }
 
 __all__ = ["BENCHMARKS"]

@@ -29,14 +29,13 @@ import numpy as np
 from sqlalchemy import Connection
 
 from functions.objectstore import ObjectStore
-from service.store import archives
+from service.store import archive_sample, archives
 from service.store.events import (
     LabelledEvents,
     LogBatch,
     batches_of,
     labelled_events,
     log_rows,
-    lowest_ranks,
     sample_labelled,
     sample_stride,
     uniform_labelled,
@@ -54,6 +53,7 @@ class EventLog:
     caller's connection to the database, and the archive comes from ``store``."""
 
     def __init__(self, store: ObjectStore, cached_partitions: int = 2) -> None:
+        self.store = store
         self.reader = PartitionReader(store, cached_partitions)
 
     def labelled(
@@ -133,7 +133,9 @@ class EventLog:
         self, conn: Connection, up_to_id: int, size: int, seed: int
     ) -> LabelledEvents:
         """``events.uniform_labelled`` over the whole log: the same ``size`` events,
-        drawn from the archive's lowest ranks and the table's."""
+        drawn from the archive's lowest ranks and the table's. The archive's come from
+        its stored sample where one answers (``service.store.archive_sample``), else
+        from each partition's lowest ranks."""
         if size <= 0 or up_to_id <= 0:
             return LabelledEvents.from_rows([])
 
@@ -143,18 +145,25 @@ class EventLog:
             if lower >= end:
                 return drawn
             for partition in archives.partitions(conn, lower, end):
-                found = self.reader.read(partition).between(lower, end).labelled()
-                drawn = _lowest(LabelledEvents.concat_all([drawn, found]), size, seed)
+                found = self.reader.read(partition).between(lower, end).lowest(size, seed)
+                drawn = archive_sample.lowest(LabelledEvents.concat_all([drawn, found]), size, seed)
             return drawn
+
+        def whole_archive(boundary: int) -> LabelledEvents:
+            if boundary == 0:
+                return LabelledEvents.from_rows([])
+            stored = archive_sample.draw(self.store, seed, boundary, up_to_id, size)
+            return archived(0, boundary) if stored is None else stored
 
         def read(boundary: int) -> LabelledEvents:
             table = uniform_labelled(conn, up_to_id, size, seed, after_id=boundary)
-            return _lowest(LabelledEvents.concat_all([archived(0, boundary), table]), size, seed)
+            both = LabelledEvents.concat_all([whole_archive(boundary), table])
+            return archive_sample.lowest(both, size, seed)
 
         def merge(
             kept: LabelledEvents, lower: int, upper: int, patch: LabelledEvents
         ) -> LabelledEvents:
-            return _lowest(_splice(kept, lower, upper, patch), size, seed)
+            return archive_sample.lowest(_splice(kept, lower, upper, patch), size, seed)
 
         return _patched(conn, read, archived, merge)
 
@@ -207,20 +216,3 @@ def _slice(events: LabelledEvents, start: int, stop: int) -> LabelledEvents:
 
 def _lower(up_to_id: int | None, boundary: int) -> int:
     return boundary if up_to_id is None else min(up_to_id, boundary)
-
-
-def _lowest(events: LabelledEvents, size: int, seed: int) -> LabelledEvents:
-    """The events of ``size`` lowest ranks among ``events``, in id order."""
-    kept = np.sort(lowest_ranks(events.ids, size, seed))
-    return _take(events, np.searchsorted(events.ids, kept) if len(events) else kept)
-
-
-def _take(events: LabelledEvents, rows: np.ndarray) -> LabelledEvents:
-    if len(rows) == len(events):
-        return events
-    return LabelledEvents(
-        ids=events.ids[rows],
-        user_ids=[events.user_ids[r] for r in rows],
-        item_ids=[events.item_ids[r] for r in rows],
-        ratings=events.ratings[rows],
-    )

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from functions.artifacts import sha256_hex
 from functions.objectstore import ObjectNotFound, ObjectStore, validate_key
 from service.store.archives import Partition
-from service.store.events import LabelledEvents
+from service.store.events import LabelledEvents, lowest_ranks
 
 #: Object store prefix of the archived partitions.
 ARCHIVE_PREFIX = "events/archive/"
@@ -106,22 +106,36 @@ class ArchivedRows:
 
     def labelled(self, every: int = 1) -> LabelledEvents:
         """The labelled rows (with ``every`` > 1, those whose id it divides) as columns."""
-        keep = pc.is_valid(self.table.column("rating")).to_numpy(zero_copy_only=False)
+        keep = self._labelled_mask()
         if every > 1:
             keep &= self.ids % every == 0
-        kept = self.table.filter(pa.array(keep))
-        return LabelledEvents(
-            ids=kept.column("id").to_numpy(),
-            user_ids=kept.column("user_id").to_pylist(),
-            item_ids=kept.column("item_id").to_pylist(),
-            ratings=kept.column("rating").to_numpy(),
-        )
+        return _columns(self.table.filter(pa.array(keep)))
+
+    def lowest(self, size: int, seed: int) -> LabelledEvents:
+        """The labelled rows ranked lowest by ``events.uniform_labelled``'s hash for
+        ``seed``, ``size`` of them, as columns: ranked before their strings are read."""
+        ids = self.ids[self._labelled_mask()]
+        kept = np.sort(lowest_ranks(ids, size, seed))
+        return _columns(self.table.take(pa.array(np.searchsorted(self.ids, kept))))
+
+    def _labelled_mask(self) -> np.ndarray:
+        return pc.is_valid(self.table.column("rating")).to_numpy(zero_copy_only=False)
 
     def log_rows(self, limit: int | None = None) -> list[tuple]:
         """The rows as ``events.log_rows`` gives them, the first ``limit`` of them."""
         table = self.table if limit is None else self.table.slice(0, limit)
         columns = [table.column(name).to_pylist() for name in _LOG_COLUMNS]
         return list(zip(*columns, strict=True))
+
+
+def _columns(kept: pa.Table) -> LabelledEvents:
+    """``kept``'s rows (all labelled) as columns."""
+    return LabelledEvents(
+        ids=kept.column("id").to_numpy(),
+        user_ids=kept.column("user_id").to_pylist(),
+        item_ids=kept.column("item_id").to_pylist(),
+        ratings=kept.column("rating").to_numpy(),
+    )
 
 
 class PartitionReader:

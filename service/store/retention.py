@@ -5,7 +5,8 @@ archives the events past ``EVENT_RETENTION`` (``service.settings.retention``), o
 partition of at most ``partition_rows`` events at a time, in three steps:
 
 1. **write** the partition's object (``service.store.partitions``), whose key names its
-   first and last ids;
+   first and last ids, and the archive's uniform sample at its last id
+   (``service.store.archive_sample``);
 2. **record** it in ``event_archives`` (under the leader's fencing token), which moves
    the archive's boundary past its events: from now on readers take them from the
    object (``service.store.eventlog``);
@@ -48,9 +49,10 @@ from functions.artifacts import sha256_hex
 from functions.objectstore import ObjectStore
 from service.background import BackgroundLoop
 from service.settings.retention import RetentionPolicy
-from service.store import Database, archives
+from service.store import Database, archive_sample, archives
 from service.store.archives import Partition
-from service.store.events import max_event_id
+from service.store.eventlog import EventLog
+from service.store.events import LabelledEvents, max_event_id
 from service.store.leases import NotLeaseHolder, check_fencing
 from service.store.partitions import encode, key_prefix, partition_key
 from service.store.tables import events, model_versions, online_snapshots
@@ -90,6 +92,9 @@ class RetentionOptions:
     pause_s
         Seconds at least between two delete transactions (and as long as the last one
         took), so the writers waiting on the lock take it in between.
+    sample_size, sample_seed
+        The archive's uniform sample kept beside it for drift windows
+        (``service.store.archive_sample``): its size (0: none) and seed.
     """
 
     policy: RetentionPolicy
@@ -98,6 +103,8 @@ class RetentionOptions:
     batch_rows: int | None = None
     partition_rows: int = PARTITION_ROWS
     pause_s: float = 0.02
+    sample_size: int = 0
+    sample_seed: int = 0
 
     def __post_init__(self) -> None:
         if self.dedup_horizon_s < 0:
@@ -106,6 +113,8 @@ class RetentionOptions:
             raise ValueError(f"keep_newest must be >= 0, got {self.keep_newest}")
         if (self.batch_rows is not None and self.batch_rows < 1) or self.partition_rows < 1:
             raise ValueError("batch_rows and partition_rows must be >= 1")
+        if self.sample_size < 0:
+            raise ValueError(f"sample_size must be >= 0, got {self.sample_size}")
 
 
 @dataclass
@@ -162,11 +171,13 @@ class Archiver:
             if not rows:
                 break
             partition = self._write(rows)
+            self._write_sample(after, partition, rows)
             del rows
             self._rest(started)
             if not self._record(partition):
                 break
             self._sweep(partition)
+            self._prune_samples(after, partition.last_id)
             run.partitions.append(partition.key)
             run.deleted += self._purge(partition)
         with self.db.connect() as conn:
@@ -239,6 +250,37 @@ class Archiver:
         )
         self.store.put(partition.key, data)
         return partition
+
+    def _write_sample(self, after: int, partition: Partition, rows: Sequence[Sequence]) -> None:
+        """Step 1 for the archive's sample: the sample at the partition's boundary, from
+        the one at ``after`` and the partition's labelled rows."""
+        size, seed = self.options.sample_size, self.options.sample_seed
+        if size == 0:
+            return
+        added = LabelledEvents.from_rows(
+            [(r[0], r[2], r[3], r[4]) for r in rows if r[4] is not None]
+        )
+        both = LabelledEvents.concat_all([self._sample_at(after), added])
+        sample = archive_sample.lowest(both, size, seed)
+        archive_sample.write(self.store, seed, size, partition.last_id, sample)
+
+    def _sample_at(self, boundary: int) -> LabelledEvents:
+        """The archive's sample at ``boundary``: stored, or (retention began without one,
+        or with another seed or size) drawn once from the partitions."""
+        size, seed = self.options.sample_size, self.options.sample_seed
+        if boundary == 0:
+            return LabelledEvents.from_rows([])
+        stored = archive_sample.read(self.store, seed, boundary, size)
+        if stored is not None:
+            return stored
+        with self.db.connect() as conn:
+            return EventLog(self.store).uniform_sample(conn, boundary, size, seed)
+
+    def _prune_samples(self, previous: int, boundary: int) -> None:
+        """Keep the samples at the new boundary and the one before it (a reader that saw
+        the previous boundary reads its sample), delete the rest."""
+        if self.options.sample_size:
+            archive_sample.prune(self.store, self.options.sample_seed, {previous, boundary})
 
     def _record(self, partition: Partition) -> bool:
         """Step 2: the record, under the leader's token; False when another archiver

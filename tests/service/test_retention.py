@@ -24,6 +24,7 @@ from retrain.window import ChangeWindowPolicy, WindowPolicy
 from service.retraining import StoreWindowSource
 from service.settings import Settings, parse_retention
 from service.store import Database, archives
+from service.store.archive_sample import SAMPLE_PREFIX, sample_key
 from service.store.eventlog import EventLog
 from service.store.events import (
     LabelledEvents,
@@ -39,7 +40,7 @@ from service.store.events import (
     uniform_labelled,
 )
 from service.store.leases import Claimant, claim_lease
-from service.store.partitions import ARCHIVE_PREFIX, ArchiveError
+from service.store.partitions import ARCHIVE_PREFIX, ArchiveError, PartitionReader
 from service.store.retention import BATCH_ROWS, Archiver, RetentionOptions
 from service.store.tables import event_archives, events, online_snapshots
 from service.store.versions import add_version
@@ -240,8 +241,10 @@ def test_the_archive_survives_in_s3(
         bucket = fresh_bucket_name()
         S3ObjectStore(bucket, create_bucket=True)
         store = open_object_store(f"s3://{bucket}/driftline")
-        run = _archiver(db, store, "100 events", partition_rows=150).run_once()
+        archiver = _archiver(db, store, "100 events", partition_rows=150, sample_size=40)
+        run = archiver.run_once()
         assert len(run.partitions) == 3 and run.deleted == 400
+        assert len(store.list(SAMPLE_PREFIX)) == 2
         assert _reads(db, EventLog(store)) == before
         assert _reads(db, EventLog(open_object_store(store.url), cached_partitions=1)) == before
 
@@ -252,7 +255,7 @@ def test_a_crash_after_writing_rewrites_one_object_and_loses_nothing(
     _store(db, _events(600, 3, "w"))
     _published(db)
     before, ids = _reads(db, None), _table_ids(db)
-    crashing = _archiver(db, store, "300 events", partition_rows=1_000)
+    crashing = _archiver(db, store, "300 events", partition_rows=1_000, sample_size=40)
 
     def crash(partition: archives.Partition) -> bool:
         raise RuntimeError("killed between writing and recording")
@@ -263,10 +266,11 @@ def test_a_crash_after_writing_rewrites_one_object_and_loses_nothing(
     assert len(store.list(ARCHIVE_PREFIX)) == 1 and _recorded(db) == []
     assert _table_ids(db) == ids
     # The retention reaches further now: a longer partition from the same first event.
-    _archiver(db, store, "100 events", partition_rows=1_000).run_once()
+    _archiver(db, store, "100 events", partition_rows=1_000, sample_size=40).run_once()
     recorded = _recorded(db)
     assert [p.events for p in recorded] == [500]
     assert store.list(ARCHIVE_PREFIX) == [recorded[0].key]  # the shorter one swept
+    assert store.list(SAMPLE_PREFIX) == [sample_key(0, recorded[0].last_id, 40)]
     assert _reads(db, EventLog(store)) == before
 
 
@@ -475,6 +479,86 @@ def test_a_window_read_while_the_archiver_moves_is_patched_not_read_again(
     assert windows() == before
     once_per_build = {"labelled_events": 2, "sample_labelled": 1, "uniform_labelled": 1}
     assert len(reads) == once_per_build[table_read]
+
+
+# -- the archive's sample ----------------------------------------------------------------
+def _partition_reads(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The keys of the partitions read from now on, as they are read."""
+    reads: list[str] = []
+    real = PartitionReader.read
+
+    def counting(self: PartitionReader, partition: archives.Partition) -> Any:
+        reads.append(partition.key)
+        return real(self, partition)
+
+    monkeypatch.setattr(PartitionReader, "read", counting)
+    return reads
+
+
+def _uniform_draws(
+    db: Database, store: ObjectStore, draws: list[tuple[int, int, int]], reads: list[str]
+) -> tuple[list[Any], list[bool]]:
+    """Each of ``draws`` (up to id, size, seed) through the archive, and whether it read
+    no partition."""
+    found, answered = [], []
+    for up_to, size, seed in draws:
+        reads.clear()
+        with db.connect() as conn:
+            found.append(_columns(EventLog(store).uniform_sample(conn, up_to, size, seed)))
+        answered.append(not reads)
+    return found, answered
+
+
+def test_a_drift_window_draws_the_archive_from_its_sample_not_its_partitions(
+    db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(db, _events(1_500, 21, "smp"))
+    _published(db)
+    with db.connect() as conn:
+        head = max_event_id(conn)
+        draws = [(head, 60, 9), (head, 25, 9), (head, 61, 9), (head, 60, 8)]
+        before = [_columns(uniform_labelled(conn, u, n, s)) for u, n, s in draws]
+    run = _archiver(db, store, "300 events", sample_size=60, sample_seed=9).run_once()
+    assert len(run.partitions) == 18 and len(store.list(SAMPLE_PREFIX)) == 2
+    found, answered = _uniform_draws(db, store, draws, _partition_reads(monkeypatch))
+    assert found == before
+    # The sample answers its seed at its size or less; another size or seed reads the
+    # partitions.
+    assert answered == [True, True, False, False]
+
+
+def test_a_sample_answers_a_prefix_of_the_archive_only_when_it_holds_enough(
+    db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(db, _events(1_500, 22, "pre"))
+    _published(db)
+    with db.connect() as conn:
+        head = max_event_id(conn)
+    draws = [(head // 2, 10, 4), (head // 2, 60, 4), (head // 20, 30, 4)]
+    with db.connect() as conn:
+        before = [_columns(uniform_labelled(conn, u, n, s)) for u, n, s in draws]
+    _archiver(db, store, "300 events", sample_size=60, sample_seed=4).run_once()
+    found, answered = _uniform_draws(db, store, draws, _partition_reads(monkeypatch))
+    assert found == before
+    assert answered == [True, False, False]
+
+
+def test_the_archiver_keeps_two_samples_and_starts_one_for_an_archive_without(
+    db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(db, _events(900, 23, "late"))
+    _published(db)
+    with db.connect() as conn:
+        head = max_event_id(conn)
+        before = _columns(uniform_labelled(conn, head, 40, 2))
+    _archiver(db, store, "600 events").run_once()
+    assert store.list(SAMPLE_PREFIX) == []
+    _archiver(db, store, "200 events", sample_size=40, sample_seed=2).run_once()
+    boundaries = [p.last_id for p in _recorded(db)]
+    assert len(boundaries) == 11  # 5 without a sample, 6 with
+    assert store.list(SAMPLE_PREFIX) == [sample_key(2, b, 40) for b in boundaries[-2:]]
+    found, answered = _uniform_draws(db, store, [(head, 40, 2)], _partition_reads(monkeypatch))
+    assert found == [before] and answered == [True]
 
 
 @pytest.fixture
