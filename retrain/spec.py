@@ -149,7 +149,7 @@ class JobSpec:
         """How the job's window is built: from the change point for a drift job that
         knows it, else the events since the version plus a history sample."""
         if self.change_after_id is None or self.drift_history_ratio is None:
-            return WindowPolicy(self.history_sample)
+            return WindowPolicy(self.history_sample, self.seed or 0)
         return ChangeWindowPolicy(
             self.change_after_id,
             self.drift_history_ratio,

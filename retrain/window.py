@@ -1,6 +1,6 @@
 """The data a retraining job learns from.
 
-A window is the events since the serving model's version plus an even sample of older
+A window is the events since the serving model's version plus a uniform sample of older
 history, so the model adapts to what changed without forgetting what did not. A job a
 drift alert started weighs the change more: every event since the estimated change
 point, and a smaller uniform sample of what came before (``ChangeWindowPolicy``).
@@ -59,8 +59,6 @@ class WindowSource(Protocol):
 
     def since(self, after_id: int, up_to_id: int) -> RatingsWindow: ...
 
-    def history_sample(self, up_to_id: int, size: int) -> RatingsWindow: ...
-
     def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
         """``size`` events with ``id <= up_to_id`` drawn uniformly without replacement
         (all of them when fewer), the same ones for the same seed."""
@@ -69,16 +67,24 @@ class WindowSource(Protocol):
 
 @dataclass(frozen=True)
 class WindowPolicy:
-    """How much history joins the new events: ``history_sample`` older events at most."""
+    """How much history joins the new events: ``history_sample`` older events at most,
+    drawn uniformly by ``seed`` (the same draw the archive keeps a sample for,
+    ``service.store.archive_sample``, so a window costs the same however long the
+    history)."""
 
     history_sample: int = 50_000
+    seed: int = 0
 
     def build(
         self, source: WindowSource, since_id: int, up_to_id: int, base: BiasedMF | None = None
     ) -> RatingsWindow:
         """The window; ``base`` (the version the job starts from) is not used here."""
         recent = source.since(since_id, up_to_id)
-        older = source.history_sample(since_id, self.history_sample) if since_id > 0 else None
+        older = (
+            source.uniform_sample(since_id, self.history_sample, self.seed)
+            if since_id > 0 and self.history_sample > 0
+            else None
+        )
         if older is None or len(older) == 0:
             return recent
         return RatingsWindow(

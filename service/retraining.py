@@ -56,10 +56,6 @@ class StoreWindowSource:
         with self.db.connect() as conn:
             return _window(self.event_log.labelled(conn, after_id, up_to_id))
 
-    def history_sample(self, up_to_id: int, size: int) -> RatingsWindow:
-        with self.db.connect() as conn:
-            return _window(self.event_log.stride_sample(conn, up_to_id, size))
-
     def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
         with self.db.connect() as conn:
             return _window(self.event_log.uniform_sample(conn, up_to_id, size, seed))

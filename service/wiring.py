@@ -492,7 +492,7 @@ def _archiver(
         dedup_horizon_s=settings.retention_dedup_horizon_s,
         keep_newest=max(settings.serving_history_pairs or 0, settings.popular_window),
         batch_rows=settings.retention_batch_rows,
-        sample_size=settings.history_sample if settings.drift_window_history_ratio else 0,
+        sample_size=settings.history_sample,
         sample_seed=settings.seed or 0,
     )
     return Archiver(

@@ -1,4 +1,4 @@
-"""A drift job's history sample over a long archive: drawn from the archive's stored
+"""A job window's history sample over a long archive: drawn from the archive's stored
 sample against drawn from its partitions, and what keeping the sample costs the archiver.
 
 ``events`` synthetic events are stored in SQLite and archived to a file object store (the

@@ -1,10 +1,9 @@
 """The archive's uniform sample, kept up to date by the archiver.
 
-A drift job's window holds a uniform sample of the history before its change point
-(``retrain.window.ChangeWindowPolicy``): the ``size`` labelled events ranked lowest by a
-hash of their id and the job's seed (``events.uniform_labelled``). Drawn from the archive
-by reading it, that costs every partition: minutes at 10⁷ events, while the drift the
-job answers keeps costing accuracy.
+Every job's window holds a uniform sample of older history (``retrain.window``): the
+``size`` labelled events ranked lowest by a hash of their id and the job's seed
+(``events.uniform_labelled``). Drawn from the archive by reading it, that costs every
+partition: minutes at 10⁷ events, while a drift the job answers keeps costing accuracy.
 
 So for the seed and size the settings give jobs (``SEED``, ``HISTORY_SAMPLE``), the
 archiver keeps the archive's ``size`` lowest-ranked labelled events as one object per

@@ -36,8 +36,6 @@ from service.store.events import (
     batches_of,
     labelled_events,
     log_rows,
-    sample_labelled,
-    sample_stride,
     uniform_labelled,
 )
 from service.store.partitions import PartitionReader
@@ -104,30 +102,6 @@ class EventLog:
             return batches_of(rows, limit)
 
         return _stable(conn, read)
-
-    def stride_sample(self, conn: Connection, up_to_id: int, size: int) -> LabelledEvents:
-        """``events.sample_labelled`` over the whole log: labelled events with
-        ``id <= up_to_id`` whose id the sample's stride divides."""
-        if size <= 0 or up_to_id <= 0:
-            return LabelledEvents.from_rows([])
-        stride = sample_stride(up_to_id, size)
-
-        def archived(lower: int, upper: int) -> LabelledEvents:
-            end = min(up_to_id, upper)
-            if lower >= end:
-                return LabelledEvents.from_rows([])
-            return LabelledEvents.concat_all(
-                [
-                    self.reader.read(p).between(lower, end).labelled(every=stride)
-                    for p in archives.partitions(conn, lower, end)
-                ]
-            )
-
-        def read(boundary: int) -> LabelledEvents:
-            table = sample_labelled(conn, up_to_id, size, after_id=boundary)
-            return LabelledEvents.concat_all([archived(0, boundary), table])
-
-        return _patched(conn, read, archived, _splice)
 
     def uniform_sample(
         self, conn: Connection, up_to_id: int, size: int, seed: int

@@ -270,33 +270,6 @@ def labelled_events(
     )
 
 
-def sample_stride(up_to_id: int, size: int) -> int:
-    """The id stride of ``sample_labelled``: rounded up, so never more than ``size`` rows."""
-    return max(1, -(-up_to_id // size))
-
-
-def sample_labelled(
-    conn: Connection, up_to_id: int, size: int, after_id: int = 0
-) -> LabelledEvents:
-    """About ``size`` labelled events with ``id <= up_to_id``, spread evenly over history
-    (those after ``after_id`` of them: the archive holds the rest).
-
-    A stride over row ids rather than ``ORDER BY random()``: it is portable, uses the
-    primary key, and makes a retraining job's window reproducible.
-    """
-    if size <= 0 or up_to_id <= 0:
-        return LabelledEvents.from_rows([])
-    stride = sample_stride(up_to_id, size)
-    query = (
-        select(events.c.id, events.c.user_id, events.c.item_id, events.c.rating)
-        .where(events.c.id > after_id, events.c.id <= up_to_id, events.c.rating.is_not(None))
-        .order_by(events.c.id)
-    )
-    if stride > 1:
-        query = query.where(events.c.id % stride == 0)
-    return LabelledEvents.from_result(conn.execute(query))
-
-
 #: Ids read per round trip while drawing a uniform sample, and ids per ``IN`` list when
 #: fetching it (within SQLite's and PostgreSQL's bound-parameter limits).
 _SAMPLE_READ_IDS = 50_000

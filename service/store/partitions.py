@@ -104,12 +104,9 @@ class ArchivedRows:
         stop = len(ids) if up_to_id is None else int(np.searchsorted(ids, up_to_id, "right"))
         return ArchivedRows(self.table.slice(start, max(0, stop - start)))
 
-    def labelled(self, every: int = 1) -> LabelledEvents:
-        """The labelled rows (with ``every`` > 1, those whose id it divides) as columns."""
-        keep = self._labelled_mask()
-        if every > 1:
-            keep &= self.ids % every == 0
-        return _columns(self.table.filter(pa.array(keep)))
+    def labelled(self) -> LabelledEvents:
+        """The labelled rows as columns."""
+        return _columns(self.table.filter(pa.array(self._labelled_mask())))
 
     def lowest(self, size: int, seed: int) -> LabelledEvents:
         """The labelled rows ranked lowest by ``events.uniform_labelled``'s hash for

@@ -93,7 +93,7 @@ class RetentionOptions:
         Seconds at least between two delete transactions (and as long as the last one
         took), so the writers waiting on the lock take it in between.
     sample_size, sample_seed
-        The archive's uniform sample kept beside it for drift windows
+        The archive's uniform sample kept beside it for job windows
         (``service.store.archive_sample``): its size (0: none) and seed.
     """
 

@@ -115,8 +115,8 @@ def test_split_is_reproducible() -> None:
 class FakeSource:
     """A ``WindowSource`` over two fixed lists: ``history`` (ids 1..h) and ``recent``.
 
-    ``history_sample`` honours its ``size`` by an even stride, as the store does, and
-    every call is recorded so a test can see what the policy asked for.
+    ``uniform_sample`` draws ``size`` by ``seed``, as the store does, and every call is
+    recorded so a test can see what the policy asked for.
     """
 
     def __init__(self, history: RatingsWindow, recent: RatingsWindow) -> None:
@@ -127,16 +127,6 @@ class FakeSource:
     def since(self, after_id: int, up_to_id: int) -> RatingsWindow:
         self.calls.append(("since", after_id, up_to_id))
         return self.recent
-
-    def history_sample(self, up_to_id: int, size: int) -> RatingsWindow:
-        self.calls.append(("history_sample", up_to_id, size))
-        n = min(len(self.history), up_to_id)
-        if size <= 0 or n == 0:
-            return RatingsWindow([], [], np.empty(0))
-        rows = np.linspace(0, n - 1, num=min(size, n)).round().astype(int)
-        mask = np.zeros(len(self.history), dtype=bool)
-        mask[rows] = True
-        return self.history.take(mask)
 
     def uniform_sample(self, up_to_id: int, size: int, seed: int) -> RatingsWindow:
         self.calls.append(("uniform_sample", up_to_id, size))
@@ -158,7 +148,7 @@ def test_a_later_window_joins_a_history_sample_before_the_recent_events() -> Non
     source = FakeSource(_window(100, "old-"), _window(30, "new-"))
     window = WindowPolicy(history_sample=10).build(source, since_id=100, up_to_id=130)
     assert ("since", 100, 130) in source.calls
-    assert ("history_sample", 100, 10) in source.calls
+    assert ("uniform_sample", 100, 10) in source.calls
     assert len(window) == 10 + 30
     assert all(u.startswith("old-") for u in window.user_ids[:10])
     assert window.user_ids[10:] == source.recent.user_ids

@@ -35,7 +35,6 @@ from service.store.events import (
     labelled_id_from_end,
     log_after,
     max_event_id,
-    sample_labelled,
     store_events,
     uniform_labelled,
 )
@@ -135,23 +134,19 @@ def _reads(db: Database, log: EventLog | None) -> dict[str, Any]:
     with db.connect() as conn:
         head = max_event_id(conn)
         ranges = [(0, None), (0, head // 3), (head // 4, head // 2), (head // 2, None)]
-        samples = [(head, 50), (head // 2, 30), (head, 10_000)]
         draws = [(head, 40, 3), (head // 2, 25, 4), (head, 10_000, 5)]
         if log is None:
             labelled = [labelled_events(conn, a, b) for a, b in ranges]
-            strided = [sample_labelled(conn, u, n) for u, n in samples]
             uniform = [uniform_labelled(conn, u, n, s) for u, n, s in draws]
             pages = [_walk(lambda a, u, n: log_after(conn, a, u, n), u, n) for u, n in _pages(head)]
         else:
             labelled = [log.labelled(conn, a, b) for a, b in ranges]
-            strided = [log.stride_sample(conn, u, n) for u, n in samples]
             uniform = [log.uniform_sample(conn, u, n, s) for u, n, s in draws]
             pages = [
                 _walk(lambda a, u, n: log.log_after(conn, a, u, n), u, n) for u, n in _pages(head)
             ]
         return {
             "labelled": [_columns(found) for found in labelled],
-            "strided": [_columns(found) for found in strided],
             "uniform": [_columns(found) for found in uniform],
             "pages": pages,
             "counts": [
@@ -453,7 +448,7 @@ def test_a_retraining_window_across_the_boundary_is_the_one_before_archiving(
     assert windows() == before
 
 
-@pytest.mark.parametrize("table_read", ["labelled_events", "sample_labelled", "uniform_labelled"])
+@pytest.mark.parametrize("table_read", ["labelled_events", "uniform_labelled"])
 def test_a_window_read_while_the_archiver_moves_is_patched_not_read_again(
     db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch, table_read: str
 ) -> None:
@@ -477,7 +472,7 @@ def test_a_window_read_while_the_archiver_moves_is_patched_not_read_again(
 
     monkeypatch.setattr(eventlog, table_read, racing)
     assert windows() == before
-    once_per_build = {"labelled_events": 2, "sample_labelled": 1, "uniform_labelled": 1}
+    once_per_build = {"labelled_events": 2, "uniform_labelled": 2}
     assert len(reads) == once_per_build[table_read]
 
 
@@ -525,6 +520,30 @@ def test_a_drift_window_draws_the_archive_from_its_sample_not_its_partitions(
     # The sample answers its seed at its size or less; another size or seed reads the
     # partitions.
     assert answered == [True, True, False, False]
+
+
+def test_job_windows_over_a_long_archive_read_its_sample_not_its_partitions(
+    db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _store(db, _events(1_500, 24, "job"))
+    _published(db)
+    source = StoreWindowSource(db, EventLog(store))
+    with db.connect() as conn:
+        head = max_event_id(conn)
+    policies: list[WindowPolicy | ChangeWindowPolicy] = [
+        WindowPolicy(history_sample=200, seed=6),  # a refresh
+        ChangeWindowPolicy(after_id=head - 150, history_ratio=1.0, history_sample=200, seed=6),
+    ]
+
+    def windows() -> list[Any]:
+        built = [policy.build(source, head - 100, head) for policy in policies]
+        return [(w.user_ids, w.item_ids, w.ratings.tolist()) for w in built]
+
+    before = windows()
+    _archiver(db, store, "300 events", sample_size=200, sample_seed=6).run_once()
+    reads = _partition_reads(monkeypatch)
+    assert windows() == before
+    assert reads == []
 
 
 def test_a_sample_answers_a_prefix_of_the_archive_only_when_it_holds_enough(

@@ -34,7 +34,6 @@ from service.store.events import (
     max_event_id,
     popular_items,
     rated_items,
-    sample_labelled,
     store_events,
 )
 from service.store.jobs import (
@@ -389,55 +388,6 @@ def test_labelled_events_respect_after_and_up_to_bounds(db: Database) -> None:
     assert window.ids.tolist() == [ids[2], ids[4], ids[6]]
     assert len(nothing) == 0
     assert nothing.ratings.dtype == np.float64
-
-
-def test_sample_labelled_spreads_about_the_size_asked_over_history(db: Database) -> None:
-    _store(db, _labelled(1000))
-    with db.connect() as conn:
-        top = max_event_id(conn)
-        sample = sample_labelled(conn, up_to_id=top, size=100)
-    assert 90 <= len(sample) <= 100
-    ids = sample.ids
-    assert ids.min() <= top // 10 and ids.max() >= top - top // 10
-    # Evenly spread: no gap between neighbours is much wider than the stride.
-    assert np.diff(ids).max() <= 2 * (top // 100)
-
-
-def test_sample_labelled_respects_the_up_to_bound(db: Database) -> None:
-    _store(db, _labelled(300))
-    with db.connect() as conn:
-        bound = int(labelled_events(conn).ids[99])
-        sample = sample_labelled(conn, up_to_id=bound, size=20)
-    assert 0 < len(sample) <= 20
-    assert sample.ids.max() <= bound
-
-
-def test_sample_labelled_returns_all_of_a_short_history(db: Database) -> None:
-    _store(db, _labelled(30))
-    with db.connect() as conn:
-        top = max_event_id(conn)
-        assert len(sample_labelled(conn, up_to_id=top, size=100)) == 30
-
-
-def test_sample_labelled_skips_unlabelled_events(db: Database) -> None:
-    ids = _mixed(db)
-    with db.connect() as conn:
-        sample = sample_labelled(conn, up_to_id=ids[-1], size=100)
-    assert sample.user_ids == ["u0", "u2", "u4", "u6", "u8"]
-
-
-@pytest.mark.parametrize(("size", "up_to"), [(0, 50), (-5, 50), (10, 0)])
-def test_sample_labelled_of_nothing_is_empty(db: Database, size: int, up_to: int) -> None:
-    _store(db, _labelled(50))
-    with db.connect() as conn:
-        assert len(sample_labelled(conn, up_to_id=up_to, size=size)) == 0
-
-
-def test_sample_labelled_never_returns_more_than_the_size_asked(db: Database) -> None:
-    _store(db, _labelled(199))
-    with db.connect() as conn:
-        top = max_event_id(conn)
-        assert len(sample_labelled(conn, up_to_id=top, size=100)) <= 100
 
 
 def test_rated_items_are_the_users_distinct_items_labelled_or_not(db: Database) -> None:
