@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import tempfile
 import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from service.store.archive_sample import SAMPLE_PREFIX
 from service.store.archives import Partition
 from service.store.eventlog import EventLog
 from service.store.events import NewEvent, max_event_id, store_events
+from service.store.partitions import ArchivedRows
 from service.store.retention import PARTITION_ROWS, Archiver, RetentionOptions
 from service.store.versions import add_version
 
@@ -39,7 +39,7 @@ class _TimedArchiver(Archiver):
 
     sample_s = 0.0
 
-    def _write_sample(self, after: int, partition: Partition, rows: Sequence[Sequence]) -> None:
+    def _write_sample(self, after: int, partition: Partition, rows: ArchivedRows) -> None:
         started = time.perf_counter()
         super()._write_sample(after, partition, rows)
         self.sample_s += time.perf_counter() - started

@@ -66,16 +66,10 @@ def key_prefix(first_id: int) -> str:
     return f"{ARCHIVE_PREFIX}{first_id:020d}-"
 
 
-def encode(rows: Sequence[Sequence]) -> bytes:
-    """Parquet bytes of ``rows``: (id, event id, user, item, rating, timestamp, ingested
-    at) tuples in id order."""
-    columns: list[Sequence] = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
-    table = pa.Table.from_arrays(
-        [pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)],
-        schema=SCHEMA,
-    )
+def encode(rows: ArchivedRows) -> bytes:
+    """A partition's Parquet bytes."""
     sink = io.BytesIO()
-    pq.write_table(table, sink, compression="zstd")
+    pq.write_table(rows.table, sink, compression="zstd")
     return sink.getvalue()
 
 
@@ -90,12 +84,30 @@ class ArchivedRows:
 
     table: pa.Table
 
+    @classmethod
+    def of(cls, rows: Sequence[Sequence]) -> ArchivedRows:
+        """``rows``: (id, event id, user, item, rating, timestamp, ingested at) tuples in
+        id order, as the archiver reads them from ``events``."""
+        columns: list[Sequence] = list(zip(*rows, strict=True)) if rows else [[] for _ in SCHEMA]
+        arrays = [
+            pa.array(values, type=field.type) for values, field in zip(columns, SCHEMA, strict=True)
+        ]
+        return cls(pa.Table.from_arrays(arrays, schema=SCHEMA))
+
     @property
     def ids(self) -> np.ndarray:
         return self.table.column("id").to_numpy()
 
     def __len__(self) -> int:
         return int(self.table.num_rows)
+
+    @property
+    def labelled_count(self) -> int:
+        return len(self) - int(self.table.column("rating").null_count)
+
+    def ingested_at(self, row: int) -> float:
+        """When the event at position ``row`` was stored."""
+        return float(self.table.column("ingested_at")[row].as_py())
 
     def between(self, after_id: int, up_to_id: int | None) -> ArchivedRows:
         """The rows with ``after_id < id <= up_to_id``."""

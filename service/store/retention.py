@@ -54,7 +54,7 @@ from service.store.archives import Partition
 from service.store.eventlog import EventLog
 from service.store.events import LabelledEvents, max_event_id
 from service.store.leases import NotLeaseHolder, check_fencing
-from service.store.partitions import encode, key_prefix, partition_key
+from service.store.partitions import ArchivedRows, encode, key_prefix, partition_key
 from service.store.tables import events, model_versions, online_snapshots
 
 log = logging.getLogger(__name__)
@@ -153,6 +153,8 @@ class Archiver:
             db.engine.dialect.name, FALLBACK_BATCH_ROWS
         )
         self._loop = BackgroundLoop("retention")
+        #: The boundary and sample this archiver wrote last (the next one builds on it).
+        self._last_sample: tuple[int, LabelledEvents] | None = None
 
     # -- one run ----------------------------------------------------------------------
     def run_once(self) -> RetentionRun:
@@ -170,9 +172,11 @@ class Archiver:
                 rows = self._due_rows(conn, after)
             if not rows:
                 break
-            partition = self._write(rows)
-            self._write_sample(after, partition, rows)
+            archived = ArchivedRows.of(rows)
             del rows
+            partition = self._write(archived)
+            self._write_sample(after, partition, archived)
+            del archived
             self._rest(started)
             if not self._record(partition):
                 break
@@ -233,10 +237,11 @@ class Archiver:
         return conn.execute(query).all()
 
     # -- the three steps ----------------------------------------------------------------
-    def _write(self, rows: Sequence[Sequence]) -> Partition:
+    def _write(self, rows: ArchivedRows) -> Partition:
         """Step 1: the partition's object."""
         data = encode(rows)
-        first, last = int(rows[0][0]), int(rows[-1][0])
+        ids = rows.ids
+        first, last = int(ids[0]), int(ids[-1])
         partition = Partition(
             first_id=first,
             last_id=last,
@@ -244,32 +249,33 @@ class Archiver:
             checksum=sha256_hex(data),
             size=len(data),
             events=len(rows),
-            labelled=sum(1 for row in rows if row[4] is not None),
-            first_ingested_at=float(rows[0][6]),
-            last_ingested_at=float(rows[-1][6]),
+            labelled=rows.labelled_count,
+            first_ingested_at=rows.ingested_at(0),
+            last_ingested_at=rows.ingested_at(len(rows) - 1),
         )
         self.store.put(partition.key, data)
         return partition
 
-    def _write_sample(self, after: int, partition: Partition, rows: Sequence[Sequence]) -> None:
-        """Step 1 for the archive's sample: the sample at the partition's boundary, from
-        the one at ``after`` and the partition's labelled rows."""
+    def _write_sample(self, after: int, partition: Partition, rows: ArchivedRows) -> None:
+        """Step 1 for the archive's sample: the sample at the partition's boundary, the
+        lowest of the one at ``after`` and the partition's own lowest."""
         size, seed = self.options.sample_size, self.options.sample_seed
         if size == 0:
             return
-        added = LabelledEvents.from_rows(
-            [(r[0], r[2], r[3], r[4]) for r in rows if r[4] is not None]
-        )
-        both = LabelledEvents.concat_all([self._sample_at(after), added])
+        both = LabelledEvents.concat_all([self._sample_at(after), rows.lowest(size, seed)])
         sample = archive_sample.lowest(both, size, seed)
         archive_sample.write(self.store, seed, size, partition.last_id, sample)
+        self._last_sample = (partition.last_id, sample)
 
     def _sample_at(self, boundary: int) -> LabelledEvents:
-        """The archive's sample at ``boundary``: stored, or (retention began without one,
-        or with another seed or size) drawn once from the partitions."""
+        """The archive's sample at ``boundary``: the one this archiver wrote last, the
+        stored one, or (retention began without one, or with another seed or size) drawn
+        once from the partitions."""
         size, seed = self.options.sample_size, self.options.sample_seed
         if boundary == 0:
             return LabelledEvents.from_rows([])
+        if self._last_sample is not None and self._last_sample[0] == boundary:
+            return self._last_sample[1]
         stored = archive_sample.read(self.store, seed, boundary, size)
         if stored is not None:
             return stored
