@@ -49,6 +49,9 @@ class JobSpec:
     drift_latency_cap_s: float | None = None
     budget_usd: float | None = None
     history_sample: int = 50_000
+    #: Most events since the version (or the change point) a window holds, the newest;
+    #: None: all of them.
+    max_window_events: int | None = None
     workers: int = 4
     sync_ratio: float = 0.75
     memory_mb: int = 1024
@@ -85,6 +88,8 @@ class JobSpec:
             raise ValueError(f"sync_ratio must be in (0, 1], got {self.sync_ratio}")
         if self.learning_rate <= 0 or self.latency_cap_s <= 0:
             raise ValueError("learning_rate and latency_cap_s must be positive")
+        if self.max_window_events is not None and self.max_window_events < 1:
+            raise ValueError(f"max_window_events must be at least 1, got {self.max_window_events}")
         if self.drift_latency_cap_s is not None and not self.drift_latency_cap_s > 0:
             raise ValueError(
                 f"drift_latency_cap_s must be positive, got {self.drift_latency_cap_s}"
@@ -149,13 +154,14 @@ class JobSpec:
         """How the job's window is built: from the change point for a drift job that
         knows it, else the events since the version plus a history sample."""
         if self.change_after_id is None or self.drift_history_ratio is None:
-            return WindowPolicy(self.history_sample, self.seed or 0)
+            return WindowPolicy(self.history_sample, self.seed or 0, self.max_window_events)
         return ChangeWindowPolicy(
             self.change_after_id,
             self.drift_history_ratio,
             self.history_sample,
             self.seed or 0,
             self.user_change_ratio,
+            self.max_window_events,
         )
 
     def rule(self) -> ConvergenceRule:

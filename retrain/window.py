@@ -70,19 +70,26 @@ class WindowPolicy:
     """How much history joins the new events: ``history_sample`` older events at most,
     drawn uniformly by ``seed`` (the same draw the archive keeps a sample for,
     ``service.store.archive_sample``, so a window costs the same however long the
-    history)."""
+    history). ``max_recent`` bounds the new events to the newest of the log: a version
+    that keeps serving for long (the rollout guard holds its successors) would otherwise
+    give every refresh a window as long as the stream since it."""
 
     history_sample: int = 50_000
     seed: int = 0
+    max_recent: int | None = None
+
+    def __post_init__(self) -> None:
+        _check_max_recent(self.max_recent)
 
     def build(
         self, source: WindowSource, since_id: int, up_to_id: int, base: BiasedMF | None = None
     ) -> RatingsWindow:
         """The window; ``base`` (the version the job starts from) is not used here."""
-        recent = source.since(since_id, up_to_id)
+        start = _bounded(since_id, up_to_id, self.max_recent)
+        recent = source.since(start, up_to_id)
         older = (
-            source.uniform_sample(since_id, self.history_sample, self.seed)
-            if since_id > 0 and self.history_sample > 0
+            source.uniform_sample(start, self.history_sample, self.seed)
+            if start > 0 and self.history_sample > 0
             else None
         )
         if older is None or len(older) == 0:
@@ -122,6 +129,9 @@ class ChangeWindowPolicy:
         A user whose events since the change the job's base version predicts with an
         RMSE at least this many times the window's (``changed_users``) is learnt from
         the change on: their older events leave the sample. None: every user's stay.
+    max_recent
+        Events after the change at most, the newest (see ``WindowPolicy``); the older
+        ones count as history. None: all of them.
 
     Examples
     --------
@@ -143,6 +153,7 @@ class ChangeWindowPolicy:
     history_sample: int = 50_000
     seed: int = 0
     user_change_ratio: float | None = None
+    max_recent: int | None = None
 
     def __post_init__(self) -> None:
         if self.user_change_ratio is not None and not self.user_change_ratio > 0:
@@ -153,6 +164,7 @@ class ChangeWindowPolicy:
             raise ValueError(f"history_ratio must be >= 0, got {self.history_ratio}")
         if self.history_sample < 0:
             raise ValueError(f"history_sample must be >= 0, got {self.history_sample}")
+        _check_max_recent(self.max_recent)
 
     def build(
         self, source: WindowSource, since_id: int, up_to_id: int, base: BiasedMF | None = None
@@ -160,7 +172,7 @@ class ChangeWindowPolicy:
         """The window over events up to ``up_to_id``; ``since_id`` (the version's last
         event) is not used, see the class docstring. ``base`` judges which users
         changed (``user_change_ratio``)."""
-        start = min(self.after_id, up_to_id)
+        start = _bounded(min(self.after_id, up_to_id), up_to_id, self.max_recent)
         recent = source.since(start, up_to_id)
         size = min(self.history_sample, int(self.history_ratio * len(recent)))
         if start == 0 or size == 0:
@@ -174,6 +186,17 @@ class ChangeWindowPolicy:
             older.item_ids + recent.item_ids,
             np.concatenate([older.ratings, recent.ratings]),
         )
+
+
+def _check_max_recent(max_recent: int | None) -> None:
+    if max_recent is not None and max_recent < 1:
+        raise ValueError(f"max_recent must be at least 1, got {max_recent}")
+
+
+def _bounded(start: int, up_to_id: int, max_recent: int | None) -> int:
+    """``start``, moved later so that at most ``max_recent`` ids follow it up to
+    ``up_to_id``."""
+    return start if max_recent is None else max(start, up_to_id - max_recent)
 
 
 def changed_users(recent: RatingsWindow, model: BiasedMF, ratio: float) -> set[str]:

@@ -260,6 +260,7 @@ def job_spec(settings: Settings) -> JobSpec:
         drift_latency_cap_s=s.drift_latency_cap_seconds,
         budget_usd=s.retrain_budget_usd,
         history_sample=s.history_sample,
+        max_window_events=s.max_window_events,
         workers=s.retrain_workers,
         sync_ratio=s.retrain_sync_ratio,
         memory_mb=s.retrain_memory_mb,

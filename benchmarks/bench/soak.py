@@ -27,7 +27,8 @@ and the alerts against the planted drifts' onsets.
 
 Sizes that would take a long stream to matter are scaled to ``events`` (``SoakConfig``):
 the retention's count, the online-state snapshots (retention keeps every event after the
-oldest one) and the serving caps on users and (user, item) pairs, so that a shortened
+oldest one), a job window's recent events and the serving caps on users and (user, item)
+pairs, so that a shortened
 run reaches the same steady state a 10^7-event one would.
 """
 
@@ -118,6 +119,7 @@ class SoakConfig:
             "snapshot_every_events": self.snapshot_every_events or max(5_000, n // 20),
             "max_users": self.max_users or 4_096,
             "history_pairs": max(4_096, n // 20),
+            "max_window_events": max(10_000, n // 10),
         }
 
     def replica_env(self) -> dict[str, str]:
@@ -133,6 +135,7 @@ class SoakConfig:
             "DRIFTLINE_SNAPSHOT_RETENTION": "2",
             "DRIFTLINE_SERVING_MAX_USERS": str(sizes["max_users"]),
             "DRIFTLINE_SERVING_HISTORY_PAIRS": str(sizes["history_pairs"]),
+            "DRIFTLINE_MAX_WINDOW_EVENTS": str(sizes["max_window_events"]),
             **self.env,
         }
 

@@ -39,6 +39,15 @@ class RetrainSettings(BaseModel):
             "the serving version."
         ),
     )
+    max_window_events: int | None = Field(
+        1_000_000,
+        ge=1,
+        description=(
+            "Most recent events a job trains on: the newest this many of the log since the "
+            "serving version (or a drift's change point); older ones join the history "
+            "sample instead. None: every event since then, however many."
+        ),
+    )
     drift_window_history_ratio: float | None = Field(
         3.0,
         ge=0,

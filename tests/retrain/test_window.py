@@ -169,6 +169,29 @@ def test_history_is_capped_by_the_sample_size(sample: int) -> None:
     assert len(window) == sample + 30
 
 
+def test_a_window_holds_the_newest_events_at_most_and_samples_the_rest() -> None:
+    source = FakeSource(_window(120, "old-"), _window(10, "new-"))
+    window = WindowPolicy(history_sample=15, max_recent=10).build(source, 100, 130)
+    # The 20 events after the version but before the newest 10 count as history.
+    assert source.calls == [("since", 120, 130), ("uniform_sample", 120, 15)]
+    assert len(window) == 15 + 10
+
+
+def test_a_drift_window_also_holds_the_newest_events_at_most() -> None:
+    source = FakeSource(_window(120, "old-"), _window(10, "new-"))
+    policy = ChangeWindowPolicy(after_id=50, history_ratio=1.0, max_recent=10)
+    policy.build(source, 0, 130)
+    assert source.calls == [("since", 120, 130), ("uniform_sample", 120, 10)]
+
+
+@pytest.mark.parametrize("bad", [0, -3])
+def test_a_window_bound_must_be_positive(bad: int) -> None:
+    with pytest.raises(ValueError, match="max_recent"):
+        WindowPolicy(max_recent=bad)
+    with pytest.raises(ValueError, match="max_recent"):
+        ChangeWindowPolicy(after_id=1, history_ratio=1.0, max_recent=bad)
+
+
 def test_history_smaller_than_the_sample_size_joins_whole() -> None:
     source = FakeSource(_window(8, "old-"), _window(3, "new-"))
     window = WindowPolicy(history_sample=50).build(source, since_id=8, up_to_id=11)

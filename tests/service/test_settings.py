@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 from pydantic import ValidationError
 
+from retrain.window import ChangeWindowPolicy, WindowPolicy
 from service.retraining import job_spec
 from service.settings import Settings
 
@@ -56,3 +58,15 @@ def test_by_default_a_refresh_has_two_minutes_and_a_drift_job_thirty_seconds(
     spec = job_spec(Settings())
     caps = {t: spec.for_trigger(t).latency_cap_s for t in ("bootstrap", "refresh", "drift")}
     assert caps == {"bootstrap": 120.0, "refresh": 120.0, "drift": 30.0}
+
+
+def test_a_jobs_window_holds_the_newest_million_events_unless_set() -> None:
+    policy = job_spec(Settings()).window_policy()
+    assert isinstance(policy, WindowPolicy) and policy.max_recent == 1_000_000
+    unbounded = job_spec(Settings(max_window_events=None)).window_policy()
+    assert isinstance(unbounded, WindowPolicy) and unbounded.max_recent is None
+    drift = replace(job_spec(Settings()), change_after_id=10, drift_history_ratio=1.0)
+    ratio = Settings().drift_window_user_change_ratio
+    assert drift.window_policy() == ChangeWindowPolicy(10, 1.0, 50_000, 0, ratio, 1_000_000)
+    with pytest.raises(ValidationError):
+        Settings(max_window_events=0)
