@@ -28,8 +28,7 @@ and the alerts against the planted drifts' onsets.
 Sizes that would take a long stream to matter are scaled to ``events`` (``SoakConfig``):
 the retention's count, the online-state snapshots (retention keeps every event after the
 oldest one), a job window's recent events and the serving caps on users and (user, item)
-pairs, so that a shortened
-run reaches the same steady state a 10^7-event one would.
+pairs, so that a shortened run reaches the same steady state a 10^7-event one would.
 """
 
 from __future__ import annotations
