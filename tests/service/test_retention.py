@@ -504,14 +504,20 @@ def _uniform_draws(
     return found, answered
 
 
+def _stored_head(db: Database, seed: int, prefix: str) -> int:
+    """1,500 stored events and a published version; the newest event's id."""
+    _store(db, _events(1_500, seed, prefix))
+    _published(db)
+    with db.connect() as conn:
+        return max_event_id(conn)
+
+
 def test_a_drift_window_draws_the_archive_from_its_sample_not_its_partitions(
     db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _store(db, _events(1_500, 21, "smp"))
-    _published(db)
+    head = _stored_head(db, 21, "smp")
+    draws = [(head, 60, 9), (head, 25, 9), (head, 61, 9), (head, 60, 8)]
     with db.connect() as conn:
-        head = max_event_id(conn)
-        draws = [(head, 60, 9), (head, 25, 9), (head, 61, 9), (head, 60, 8)]
         before = [_columns(uniform_labelled(conn, u, n, s)) for u, n, s in draws]
     run = _archiver(db, store, "300 events", sample_size=60, sample_seed=9).run_once()
     assert len(run.partitions) == 18 and len(store.list(SAMPLE_PREFIX)) == 2
@@ -525,11 +531,8 @@ def test_a_drift_window_draws_the_archive_from_its_sample_not_its_partitions(
 def test_job_windows_over_a_long_archive_read_its_sample_not_its_partitions(
     db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _store(db, _events(1_500, 24, "job"))
-    _published(db)
+    head = _stored_head(db, 24, "job")
     source = StoreWindowSource(db, EventLog(store))
-    with db.connect() as conn:
-        head = max_event_id(conn)
     policies: list[WindowPolicy | ChangeWindowPolicy] = [
         WindowPolicy(history_sample=200, seed=6),  # a refresh
         ChangeWindowPolicy(after_id=head - 150, history_ratio=1.0, history_sample=200, seed=6),
@@ -549,10 +552,7 @@ def test_job_windows_over_a_long_archive_read_its_sample_not_its_partitions(
 def test_a_sample_answers_a_prefix_of_the_archive_only_when_it_holds_enough(
     db: Database, store: ObjectStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _store(db, _events(1_500, 22, "pre"))
-    _published(db)
-    with db.connect() as conn:
-        head = max_event_id(conn)
+    head = _stored_head(db, 22, "pre")
     draws = [(head // 2, 10, 4), (head // 2, 60, 4), (head // 20, 30, 4)]
     with db.connect() as conn:
         before = [_columns(uniform_labelled(conn, u, n, s)) for u, n, s in draws]
