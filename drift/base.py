@@ -12,9 +12,19 @@ from __future__ import annotations
 import abc
 import copy
 import inspect
-from typing import Any, Self
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Self
 
-__all__ = ["DriftDetector"]
+if TYPE_CHECKING:
+    import numpy as np
+
+    from drift.event_record import ErrorRecord
+
+__all__ = ["DriftDetector", "RecordLoader"]
+
+#: Reads back a record saved as it grew: ``(epoch, start, end)`` → its errors and user
+#: keys numbered ``start`` to ``end`` of the epoch, or None when they are not all saved.
+RecordLoader = Callable[[int, int, int], "tuple[np.ndarray, np.ndarray] | None"]
 
 
 class DriftDetector(abc.ABC):
@@ -64,6 +74,26 @@ class DriftDetector(abc.ABC):
     def restore(self, state: dict[str, Any]) -> None:
         """Take back what ``state`` returned (on a detector with the same parameters)."""
         self.reset()
+
+    def state_apart(self) -> tuple[dict[str, Any], ErrorRecord | None]:
+        """``state`` without the record of recent errors, and that record.
+
+        A record is most of a detector's state and only grows at its end, so a caller
+        that saves the state often saves the record as it grows (``ErrorRecord.since``)
+        and the rest whole. The default keeps no record apart: (``state()``, None).
+        """
+        return self.state(), None
+
+    def restore_apart(self, state: dict[str, Any], load_record: RecordLoader) -> None:
+        """Take back what ``state_apart`` returned, the record read with ``load_record``.
+
+        Raises
+        ------
+        ValueError
+            When the state does not load or its record is not all saved; the detector
+            is left reset.
+        """
+        self.restore(state)
 
     def get_params(self) -> dict[str, Any]:
         """The ``__init__`` arguments this detector was built with.

@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 import river.drift
 
-from drift.base import DriftDetector
+from drift.base import DriftDetector, RecordLoader
 from drift.event_confirm import RiseConfirmation
 from drift.event_feed import RiverFeed
 from drift.event_record import BLOCK, ErrorRecord
-from drift.event_state import StateError, restore_state, save_state
+from drift.event_state import StateError, restore_state, save_state, with_record_read
 from drift.heartbeat import Heartbeat
 from drift.monitor import DriftAlert
 
@@ -190,6 +190,11 @@ class EventDriftMonitor(DriftDetector):
         """
         return save_state(self._record, self._feed, self._confirmation)
 
+    def state_apart(self) -> tuple[dict[str, Any], ErrorRecord | None]:
+        """``state`` without the errors and keys, and the record that holds them."""
+        state = save_state(self._record, self._feed, self._confirmation, with_record=False)
+        return state, self._record
+
     def restore(self, state: dict[str, Any]) -> None:
         """Take back what ``state`` returned.
 
@@ -206,6 +211,12 @@ class EventDriftMonitor(DriftDetector):
         except StateError:
             self.reset()
             raise
+
+    def restore_apart(self, state: dict[str, Any], load_record: RecordLoader) -> None:
+        """``restore`` from a state saved by ``state_apart``, its errors read back with
+        ``load_record``."""
+        self.reset()
+        self.restore(with_record_read(state, load_record))
 
     def update(self, heartbeat: Heartbeat) -> DriftAlert | None:
         """Feed one heartbeat's events; return an alert if they complete a confirmed drift.

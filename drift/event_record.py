@@ -7,12 +7,13 @@ where, and what the level was before and after.
 from __future__ import annotations
 
 import math
+import secrets
 
 import numpy as np
 
 from drift.monitor import split_means
 
-__all__ = ["BLOCK", "MAX_RECENT", "ErrorRecord"]
+__all__ = ["BLOCK", "MAX_RECENT", "ErrorRecord", "new_epoch"]
 
 #: Errors per block when locating a change: block means are smooth enough for a
 #: least-squares split, and a record of 20,000 errors is 200 blocks.
@@ -21,21 +22,39 @@ BLOCK = 100
 MAX_RECENT = 15_000
 
 
+def new_epoch() -> int:
+    """A fresh record's name: random, so two records (a restart's, another replica's)
+    never share one; below 2**52, so it survives any JSON reader."""
+    return secrets.randbits(52)
+
+
 class ErrorRecord:
     """The last ``reference_events + MAX_RECENT`` normalised errors and user keys.
 
     The errors are float16: three digits of a value in [0, 1] are plenty for block
-    means, and halve what every heartbeat writes with the monitor's state.
+    means, and halve what is saved of them.
+
+    The record only grows at its end between restarts of it, so it can be saved as it
+    grows (``since``) instead of whole: ``epoch`` names the record since its last
+    ``clear`` or ``load`` and ``end`` counts the errors appended in that epoch, so
+    ``values[i]`` is error number ``end - size + i`` of the epoch.
     """
 
     def __init__(self, reference_events: int) -> None:
         self.keep = reference_events + MAX_RECENT
         self.values = np.empty(0, dtype=np.float16)
         self.keys = np.empty(0, dtype=np.uint16)
+        self.epoch = new_epoch()
+        self.end = 0
 
     @property
     def size(self) -> int:
         return int(self.values.size)
+
+    @property
+    def start(self) -> int:
+        """Number, in the epoch, of the oldest error held."""
+        return self.end - self.size
 
     def append(self, values: np.ndarray, keys: np.ndarray) -> None:
         """Add errors (any float dtype) and their user keys, dropping the oldest."""
@@ -43,15 +62,29 @@ class ErrorRecord:
             self.keys = np.concatenate([self.keys, keys])[-self.keep :]
             joined = np.concatenate([self.values, values.astype(np.float16)])
             self.values = joined[-self.keep :]
+            self.end += int(values.size)
 
-    def load(self, values: np.ndarray, keys: np.ndarray) -> None:
-        """Replace the record by (copies of) the last errors and keys given."""
+    def since(self, end: int) -> tuple[np.ndarray, np.ndarray]:
+        """The errors and keys appended after error number ``end`` of the epoch (all
+        held when ``end`` is older than the oldest held)."""
+        skip = max(0, end - self.start)
+        return self.values[skip:], self.keys[skip:]
+
+    def load(
+        self, values: np.ndarray, keys: np.ndarray, epoch: int | None = None, end: int | None = None
+    ) -> None:
+        """Replace the record by (copies of) the last errors and keys given: those
+        ending at error ``end`` of ``epoch``, or a new epoch's first."""
         self.values = values[-self.keep :].copy()
         self.keys = keys[-self.keep :].copy()
+        self.epoch = new_epoch() if epoch is None else epoch
+        self.end = self.size if end is None else max(end, self.size)
 
     def clear(self) -> None:
         self.values = np.empty(0, dtype=np.float16)
         self.keys = np.empty(0, dtype=np.uint16)
+        self.epoch = new_epoch()
+        self.end = 0
 
     def recent_length(self, min_events: int, within: int | None = None) -> int:
         """Errors since the change: the least-squares change point of the record, among

@@ -16,11 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from drift.base import RecordLoader
 from drift.event_confirm import RiseConfirmation
 from drift.event_feed import RiverFeed
 from drift.event_record import ErrorRecord
 
-__all__ = ["StateError", "restore_state", "save_state"]
+__all__ = ["StateError", "encode_record", "restore_state", "save_state", "with_record_read"]
 
 
 class StateError(ValueError):
@@ -28,13 +29,21 @@ class StateError(ValueError):
 
 
 def save_state(
-    record: ErrorRecord, feed: RiverFeed, confirmation: RiseConfirmation
+    record: ErrorRecord,
+    feed: RiverFeed,
+    confirmation: RiseConfirmation,
+    *,
+    with_record: bool = True,
 ) -> dict[str, Any]:
-    """The state of a monitor made of these collaborators, as plain JSON."""
-    packed = record.values.astype(np.float16).tobytes()
+    """The state of a monitor made of these collaborators, as plain JSON.
+
+    ``record`` names the error record (its epoch, and the numbers of the errors held in
+    it: ``start`` to ``end``); ``with_record=False`` leaves
+    out the errors and keys themselves, for a caller that saves them as they grow
+    (``ErrorRecord.since``) and puts them back (``with_record_read``) before a restore.
+    """
     state: dict[str, Any] = {
-        "errors": base64.b64encode(packed).decode("ascii"),
-        "users": base64.b64encode(record.keys.tobytes()).decode("ascii"),
+        "record": {"epoch": record.epoch, "start": record.start, "end": record.end},
         "changes": feed.changes,
         "partial": list(feed.partial),
         "candidate": confirmation.candidate,
@@ -43,10 +52,41 @@ def save_state(
         "rechecks": [confirmation.rechecks, confirmation.window],
         "level": feed.level,
     }
+    if with_record:
+        state.update(encode_record(record.values, record.keys))
     window = feed.adwin_window()
     if window is not None:
         state["adwin"] = base64.b64encode(window).decode("ascii")
     return state
+
+
+def encode_record(values: np.ndarray, keys: np.ndarray) -> dict[str, str]:
+    """Errors (float16) and user keys (uint16) as the state's ``errors`` and ``users``."""
+    return {
+        "errors": base64.b64encode(values.astype(np.float16).tobytes()).decode("ascii"),
+        "users": base64.b64encode(keys.astype(np.uint16).tobytes()).decode("ascii"),
+    }
+
+
+def with_record_read(state: dict[str, Any], load_record: RecordLoader) -> dict[str, Any]:
+    """``state`` saved without its errors and keys, with them read by ``load_record``.
+
+    Raises
+    ------
+    StateError
+        When the state does not name its record or the record is not all saved.
+    """
+    if "errors" in state:
+        return state
+    try:
+        named = state["record"]
+        epoch, start, end = int(named["epoch"]), int(named["start"]), int(named["end"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateError(f"saved state names no error record: {exc}") from exc
+    found = load_record(epoch, start, end)
+    if found is None:
+        raise StateError(f"errors {start}..{end} of record {epoch} are not all saved")
+    return {**state, **encode_record(*found)}
 
 
 def restore_state(
@@ -83,7 +123,15 @@ def restore_state(
     keys = np.frombuffer(base64.b64decode(str(state.get("users", "")), validate=True), np.uint16)
     if keys.size != values.size:
         raise StateError(f"{keys.size} saved user keys for {values.size} errors")
-    record.load(values, keys)
+    named = state.get("record")
+    if named is None:  # saved before records were named
+        record.load(values, keys)
+    else:
+        try:
+            epoch, end = int(named["epoch"]), int(named["end"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StateError(f"saved record name must be an epoch and an end: {exc}") from exc
+        record.load(values, keys, epoch=epoch, end=end)
     feed.changes = int(state.get("changes", 0))
     candidate = state.get("candidate")
     confirmation.candidate = None if candidate is None else min(int(candidate), record.size)

@@ -7,6 +7,7 @@ from typing import Any
 
 from sqlalchemy import Connection, func, insert, select, update
 
+from service.store.prepared import Prepared
 from service.store.tables import drift_alerts, heartbeats
 
 
@@ -86,12 +87,16 @@ def list_alerts(
 
 
 #: Built once: the monitor writes heartbeats after every batch.
-_INSERT_HEARTBEATS = insert(heartbeats)
+#: A heartbeat row's columns: every one but the id.
+HEARTBEAT_COLUMNS = [column.name for column in heartbeats.columns if column.name != "id"]
+_INSERT_HEARTBEATS = Prepared(insert(heartbeats), HEARTBEAT_COLUMNS)
 
 
 def add_heartbeats(conn: Connection, rows: list[dict[str, Any]]) -> None:
-    if rows:
-        conn.execute(_INSERT_HEARTBEATS, rows)
+    """Insert heartbeat rows (a column a row leaves out is NULL)."""
+    _INSERT_HEARTBEATS.run_many(
+        conn, [{name: row.get(name) for name in HEARTBEAT_COLUMNS} for row in rows]
+    )
 
 
 def list_heartbeats(conn: Connection, since_events: int = 0) -> list[dict[str, Any]]:

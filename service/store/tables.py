@@ -143,6 +143,23 @@ monitor_state = Table(
     Column("state", JSON, nullable=False),
 )
 
+# The drift detector's record of recent errors, saved as it grows: one row per write of
+# the monitor's state, holding the errors appended since the previous write (numbers
+# ``start`` to ``stop`` of record ``epoch``). ``monitor_state`` names the record and the
+# numbers it holds; rows of other epochs, and those entirely older, are deleted in the
+# same transaction.
+monitor_errors = Table(
+    "monitor_errors",
+    metadata,
+    Column("replica", Integer, nullable=False),
+    Column("epoch", BigInteger, nullable=False),
+    Column("start", BigInteger, nullable=False),
+    Column("stop", BigInteger, nullable=False),
+    Column("errors", LargeBinary, nullable=False),
+    Column("users", LargeBinary, nullable=False),
+    PrimaryKeyConstraint("replica", "epoch", "start", name="pk_monitor_errors"),
+)
+
 consumer_offsets = Table(
     "consumer_offsets",
     metadata,

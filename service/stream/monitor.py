@@ -28,6 +28,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -35,6 +36,7 @@ from sqlalchemy import Connection
 from sqlalchemy.exc import SQLAlchemyError
 
 from drift import DriftAlert, DriftDetector, Heartbeat, HeartbeatAggregator, UserKeys
+from drift.event_record import ErrorRecord
 from drift.segments import SegmentBuffer
 from service.alerting import Notifier, drift_notice
 from service.livefeed import EventBuffer
@@ -47,7 +49,12 @@ from service.store.alerts import (
     update_alert_segments,
 )
 from service.store.events import labelled_id_from_end
-from service.store.monitor import load_monitor_state, save_monitor_state
+from service.store.monitor import (
+    load_monitor_state,
+    load_record_errors,
+    save_monitor_state,
+    save_record_errors,
+)
 from service.stream.learner import Evaluation
 from service.stream.ranking import PrequentialRanking
 
@@ -117,6 +124,10 @@ class StreamMonitor:
         self._segment_refreshes: dict[int, tuple[int, int]] = {}
         #: Whether this replica writes heartbeats and alerts (the cluster's leader).
         self.leading = True
+        #: (epoch, end) of the detector's record as the last committed write saved it,
+        #: and as the write in progress does; None: saved by no write of this process.
+        self._record_saved: tuple[int, int] | None = None
+        self._record_written: tuple[int, int] | None = None
         self._standby: deque[dict] = deque(maxlen=STANDBY_HEARTBEATS)
         self._standby_alerts: deque[tuple[int, DriftAlert]] = deque(maxlen=16)
 
@@ -212,26 +223,51 @@ class StreamMonitor:
 
         A batch's transaction writes only heartbeats left over by a failed write (the
         state changes only when heartbeats close); ``flush`` always snapshots, so a
-        clean shutdown keeps the partial heartbeat exactly.
+        clean shutdown keeps the partial heartbeat exactly. The detector's record of
+        recent errors is written as it grew since the last committed write.
         """
+        self._record_written = None
         with self._unsaved_lock:
             rows = list(self._unsaved)
         if not (rows or snapshot_always):
             return
         add_heartbeats(conn, rows)
+        state, record = self.detector.state_apart()
+        if record is not None:
+            self._write_record(conn, record)
         snapshot = {
             "detector": self.detector_name,
-            "monitor": self.detector.state(),
+            "monitor": state,
             "aggregator": self.aggregator.state(),
             "static_pending": self._static_pending.tolist(),
             "ranking_pending": self.ranking.pending_state(),
         }
         save_monitor_state(conn, self.state_key, self.version, snapshot)
 
+    def _write_record(self, conn: Connection, record: ErrorRecord) -> None:
+        """Save the errors ``record`` gained since the last committed write (all it
+        holds when that write saved another epoch, or none is known)."""
+        saved = self._record_saved
+        whole = saved is None or saved[0] != record.epoch
+        values, keys = record.since(record.start if saved is None or whole else saved[1])
+        save_record_errors(
+            conn,
+            self.state_key,
+            record.epoch,
+            record.end - values.size,
+            values,
+            keys,
+            held_from=record.start,
+            whole=whole,
+        )
+        self._record_written = (record.epoch, record.end)
+
     def mark_saved(self) -> None:
         """The heartbeats ``write_unsaved`` wrote are committed."""
         with self._unsaved_lock:
             self._unsaved = []
+        if self._record_written is not None:
+            self._record_saved, self._record_written = self._record_written, None
 
     def pending_heartbeats(self) -> list[dict]:
         """Copies of the heartbeats not written yet, oldest first."""
@@ -254,6 +290,7 @@ class StreamMonitor:
         ][-1:]
         with self._unsaved_lock:
             self._unsaved = gap + self._unsaved
+        self._record_saved = None  # the old leader's writes replaced this process's
         self._standby.clear()
         self._standby_alerts.clear()
         self.leading = True
@@ -265,6 +302,7 @@ class StreamMonitor:
         the new leader's standby monitor has them."""
         self.leading = False
         self.mark_saved()
+        self._record_saved = None
 
     # -- versions ---------------------------------------------------------------------
     def on_swap(self, version: str | None, continues_regime: bool) -> None:
@@ -286,24 +324,29 @@ class StreamMonitor:
         self.version = version
         with self.db.connect() as conn:
             saved = load_monitor_state(conn, self.state_key)
-        if saved is None or saved["model_version"] != version:
-            return
-        state = saved["state"]
-        if state.get("detector") != self.detector_name:
-            log.info("drift monitor starts afresh: the saved state is another detector's")
-            return
-        try:
-            pending = state["aggregator"]
-            static_pending = np.asarray(state["static_pending"], dtype=np.float64).reshape(-1)
-            if static_pending.size != int(pending["pending_count"]):
-                raise ValueError("static_pending does not match the pending heartbeat")
-            self.detector.restore(state["monitor"])
-            # events_seen counts from the offset; the heartbeat index carries on.
-            self.aggregator.restore({**pending, "events_seen": 0})
-        except (KeyError, TypeError, ValueError):
-            log.warning("drift monitor starts afresh: saved state unusable", exc_info=True)
-            self.detector.reset()
-            return
+            if saved is None or saved["model_version"] != version:
+                return
+            state = saved["state"]
+            if state.get("detector") != self.detector_name:
+                log.info("drift monitor starts afresh: the saved state is another detector's")
+                return
+            try:
+                pending = state["aggregator"]
+                static_pending = np.asarray(state["static_pending"], dtype=np.float64).reshape(-1)
+                if static_pending.size != int(pending["pending_count"]):
+                    raise ValueError("static_pending does not match the pending heartbeat")
+                self.detector.restore_apart(
+                    state["monitor"], partial(load_record_errors, conn, self.state_key)
+                )
+                # events_seen counts from the offset; the heartbeat index carries on.
+                self.aggregator.restore({**pending, "events_seen": 0})
+            except (KeyError, TypeError, ValueError):
+                log.warning("drift monitor starts afresh: saved state unusable", exc_info=True)
+                self.detector.reset()
+                return
+        _, record = self.detector.state_apart()
+        if record is not None and "errors" not in state["monitor"]:  # saved apart
+            self._record_saved = (record.epoch, record.end)
         self.events_offset -= static_pending.size
         self._static_pending = static_pending
         self.ranking.restore_pending(state.get("ranking_pending"), static_pending.size)

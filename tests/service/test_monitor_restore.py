@@ -15,14 +15,15 @@ from typing import Any
 
 import numpy as np
 import pytest
-from sqlalchemy import delete
+from sqlalchemy import delete, select
 
 import drift
 from drift.detectors import adwin_heartbeat
 from service.settings import Settings
 from service.store.alerts import list_alerts, list_heartbeats
 from service.store.events import NewEvent
-from service.store.tables import monitor_state
+from service.store.monitor import load_monitor_state, load_record_errors
+from service.store.tables import monitor_errors, monitor_state
 from service.wiring import Driftline
 from tests.support.databases import external_url, isolated_schema
 from tests.support.pipelines import pipeline_factory
@@ -153,6 +154,30 @@ def test_a_clean_restart_resumes_the_monitor_and_the_partial_heartbeat_exactly(
         seen = [beat["events_seen"] for beat in list_heartbeats(conn)]
     # Every heartbeat still closes on the same grid of events: none lost, none shifted.
     assert seen == list(range(HEARTBEAT, 3_000 + 1, HEARTBEAT))
+
+
+def test_the_event_detector_s_record_is_saved_as_it_grows_and_restored_whole(
+    make_pipeline: Callable[..., Driftline], events: list[NewEvent]
+) -> None:
+    first = make_pipeline("record", drift_detector="adwin-event")
+    _ingest(first, events[:3_000])
+    with first.db.connect() as conn:
+        saved = load_monitor_state(conn, 0)
+        pieces = conn.execute(select(monitor_errors.c.start, monitor_errors.c.stop)).all()
+    assert saved is not None and "errors" not in saved["state"]["monitor"]  # saved apart
+    named = saved["state"]["monitor"]["record"]
+    assert len(pieces) > 1 and min(p.start for p in pieces) <= named["start"]
+    assert max(p.stop for p in pieces) == named["end"] > named["start"]
+    before = first.monitor.detector.state()
+    first.retrainer.close()
+    first.db.dispose()
+
+    second = make_pipeline("record", drift_detector="adwin-event")
+    assert second.monitor.detector.state() == before  # errors, keys and the record's name
+    _ingest(second, events[3_000:4_000])  # carries on writing the same record
+    with second.db.connect() as conn:
+        named = load_monitor_state(conn, 0)["state"]["monitor"]["record"]
+        assert load_record_errors(conn, 0, named["epoch"], named["start"], named["end"])
 
 
 @pytest.mark.parametrize(
