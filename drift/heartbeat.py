@@ -19,6 +19,8 @@ from typing import Any
 import numpy as np
 from numpy.typing import ArrayLike
 
+from drift.batch_ids import distinct
+
 __all__ = ["Heartbeat", "HeartbeatAggregator", "UserKeys", "user_key"]
 
 
@@ -307,11 +309,10 @@ class UserKeys:
     def __call__(self, users: Sequence[str]) -> np.ndarray:
         """The keys of ``users``, shape ``(n,)``, ``uint16``."""
         keys = self._keys
-        try:
-            return np.array(list(map(keys.__getitem__, users)), dtype=np.uint16)
-        except KeyError:
-            if len(keys) + len(users) > self.limit:
+        first, codes = distinct(users)  # each user's string met once
+        found = [keys.get(user) for user in first]
+        if None in found:
+            if len(keys) + len(first) > self.limit:
                 keys.clear()
-            for user in set(users).difference(keys):
-                keys[user] = user_key(user)
-            return np.array(list(map(keys.__getitem__, users)), dtype=np.uint16)
+            found = [keys.get(user) or keys.setdefault(user, user_key(user)) for user in first]
+        return np.array(found, dtype=np.uint16)[codes]

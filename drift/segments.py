@@ -48,6 +48,8 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike
 
+from drift.batch_ids import distinct, repeats
+
 __all__ = ["SegmentBuffer", "SegmentRules", "attribute_rise"]
 
 
@@ -310,15 +312,14 @@ class _Codes:
     def encode(self, ids: Sequence[str]) -> np.ndarray:
         """The codes of ``ids``, shape ``(n,)``; new ids get the next codes."""
         index = self._index
-        try:
-            return np.array(list(map(index.__getitem__, ids)), dtype=np.int64)
-        except KeyError:
-            # The new ids found by set operations, numbered in sorted order so that codes
-            # do not depend on string hashing.
-            for name in sorted(set(ids).difference(index)):
-                index[name] = len(self.names)
-                self.names.append(name)
-            return np.array(list(map(index.__getitem__, ids)), dtype=np.int64)
+        first, at = distinct(ids) if repeats(ids) else (ids, None)
+        # New ids are numbered in sorted order, so that codes do not depend on the
+        # order within the batch or on string hashing.
+        for name in sorted({name for name in first if name not in index}):
+            index[name] = len(self.names)
+            self.names.append(name)
+        codes = np.fromiter(map(index.__getitem__, first), np.int64, count=len(first))
+        return codes if at is None else codes[at]
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
         """The ids of ``codes`` as an object array."""

@@ -9,9 +9,10 @@ the id encoding and the views on its learned arrays.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from itertools import repeat
 
 import numpy as np
+
+from functions.ids import Ids, codes_through
 
 __all__ = ["DTYPE", "IdRows", "UserItemRows"]
 
@@ -77,10 +78,15 @@ class IdRows:
         """Row index of each id, -1 for ids not in the table; int64, shape (len(ids),).
 
         ``map`` over ``dict.get`` rather than a generator: ingestion encodes dozens of
-        id lists a batch.
+        id lists a batch. A batch's :class:`functions.ids.Ids` are looked up once per
+        size of the table (rows are only ever added) and the answer shared, read-only.
         """
-        get = self.index.get
-        return np.fromiter(map(get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
+        if isinstance(ids, Ids):
+            return ids.encoded(self, self.size, self._look_up)
+        return self._look_up(ids)
+
+    def _look_up(self, ids: Sequence[str]) -> np.ndarray:
+        return codes_through(ids, self.index.get)
 
 
 class UserItemRows:

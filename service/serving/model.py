@@ -39,7 +39,7 @@ version it names, so it never sees a half-updated model.
 from __future__ import annotations
 
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -217,10 +217,10 @@ class ServingModel:
         sleeps). The chunks, and so the result, are the same either way.
         """
         ratings = np.asarray(ratings, dtype=np.float64)
-        for chunk in self._chunks(len(user_ids)):
-            if chunk.start and pause_s:
+        for at, chunk in enumerate(self._chunked(user_ids, item_ids, ratings)):
+            if at and pause_s:
                 time.sleep(pause_s)
-            self._predict_then_learn_chunk(user_ids[chunk], item_ids[chunk], ratings[chunk])
+            self._predict_then_learn_chunk(*chunk)
 
     def predict_then_learn(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
@@ -247,8 +247,8 @@ class ServingModel:
         """
         ratings = np.asarray(ratings, dtype=np.float64)
         parts = [
-            self._predict_then_learn_chunk(user_ids[chunk], item_ids[chunk], ratings[chunk])
-            for chunk in self._chunks(len(user_ids))
+            self._predict_then_learn_chunk(*chunk)
+            for chunk in self._chunked(user_ids, item_ids, ratings)
         ]
         if not parts:
             return np.empty(0), np.empty((0, self._dim))
@@ -257,9 +257,18 @@ class ServingModel:
             np.concatenate([part[1] for part in parts]),
         )
 
-    def _chunks(self, n: int) -> list[slice]:
-        """The slices of ``n`` events that one fold-in call groups."""
-        return [slice(start, start + LEARN_CHUNK) for start in range(0, n, LEARN_CHUNK)]
+    def _chunked(
+        self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
+    ) -> Iterator[tuple[Sequence[str], Sequence[str], np.ndarray]]:
+        """The events in the chunks one fold-in call groups; a batch that fits one chunk
+        goes down whole, its ids as they came (a batch's ``Ids`` keep their look-ups)."""
+        n = len(user_ids)
+        if 0 < n <= LEARN_CHUNK:
+            yield user_ids, item_ids, ratings
+            return
+        for start in range(0, n, LEARN_CHUNK):
+            chunk = slice(start, start + LEARN_CHUNK)
+            yield user_ids[chunk], item_ids[chunk], ratings[chunk]
 
     def _predict_then_learn_chunk(
         self, user_ids: Sequence[str], item_ids: Sequence[str], ratings: np.ndarray
@@ -452,7 +461,7 @@ class ServingModel:
         """The version's row of each item (-1: the version lacks it, or no version)."""
         if self.model is None:
             return np.full(len(item_ids), -1, dtype=np.int64)
-        return self.model.encode_items(list(item_ids))
+        return self.model.encode_items(item_ids)
 
     def _factors_at(self, model_rows: np.ndarray) -> np.ndarray:
         """q_i (n x k) of the version's item ``model_rows``; -1 rows get zero factors."""

@@ -32,6 +32,8 @@ from itertools import islice, repeat
 import numpy as np
 from numba import njit
 
+from functions.ids import distinct
+
 #: Items kept in the published ranking. ``/recommend`` asks for at most 1,000 and drops
 #: the stranger's own items (at most the events it had in the window).
 RANKED = 2_000
@@ -68,12 +70,11 @@ class _Codes:
         """The code of each id ``(n,)`` int64, new ids given the next codes."""
         index = self.index
         if self.repeated:
-            distinct = dict.fromkeys(ids)
-            new = [name for name in distinct if name not in index]
+            first, at = distinct(ids)
+            new = [name for name in first if name not in index]
             if new:
                 self._append(new)
-            local = {name: index[name] for name in distinct}
-            return np.fromiter(map(local.__getitem__, ids), dtype=np.int64, count=len(ids))
+            return np.fromiter(map(index.__getitem__, first), np.int64, count=len(first))[at]
         codes = np.fromiter(map(index.get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
         missing = np.flatnonzero(codes < 0)
         if missing.size:

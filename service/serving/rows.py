@@ -18,9 +18,10 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from itertools import repeat
 
 import numpy as np
+
+from functions.ids import codes_through
 
 #: The stamp of a free row: never among the least recently seen.
 _FREE = np.iinfo(np.int64).max
@@ -96,7 +97,7 @@ class LruRows:
         order of first appearance) so the caller can give them their priors.
         """
         n = len(keys)
-        rows = np.fromiter(map(self.index.get, keys, repeat(-1)), dtype=np.int64, count=n)
+        rows = codes_through(keys, self.index.get)
         missing = np.flatnonzero(rows < 0)
         fresh: list[int] = []
         if missing.size:

@@ -34,6 +34,7 @@ from typing import Any
 import numpy as np
 
 from drift import PrequentialTracker
+from functions.ids import Ids
 from functions.mf import BiasedMF
 from service.metrics import Metrics
 from service.serving.history import RatedItems
@@ -62,8 +63,8 @@ class Evaluation:
     ``shadow`` is what a version in shadow made of the same events (None: none runs).
     """
 
-    users: list[str]
-    items: list[str]
+    users: Sequence[str]
+    items: Sequence[str]
     squared_errors: np.ndarray
     static_squared_errors: np.ndarray
     labelled_before: int
@@ -82,16 +83,19 @@ class _Columns:
     """A batch's events as columns, taken once: every event's user and item (rated and
     popular items count them all), and the labelled events' users, items and ratings."""
 
-    all_users: list[str]
-    all_items: list[str]
-    users: list[str]
-    items: list[str]
+    all_users: Ids
+    all_items: Ids
+    users: Ids
+    items: Ids
     ratings: np.ndarray
 
     @classmethod
     def of(cls, stored: Sequence[NewEvent]) -> _Columns:
-        all_users = [e.user_id for e in stored]
-        all_items = [e.item_id for e in stored]
+        """The columns, the ids as :class:`functions.ids.Ids`: each stage that maps them
+        through a table meets each user's string once, and stages mapping them through
+        the same version's table share one look-up."""
+        all_users = Ids.of([e.user_id for e in stored], repeated=True)
+        all_items = Ids.of([e.item_id for e in stored], repeated=False)
         ratings = [e.rating for e in stored]
         if None not in ratings:  # the usual batch: every event rated
             return cls(all_users, all_items, all_users, all_items, np.array(ratings, dtype=float))
@@ -99,8 +103,8 @@ class _Columns:
         return cls(
             all_users,
             all_items,
-            [e.user_id for e in labelled],
-            [e.item_id for e in labelled],
+            Ids.of([e.user_id for e in labelled], repeated=True),
+            Ids.of([e.item_id for e in labelled], repeated=False),
             np.array([e.rating for e in labelled], dtype=float),
         )
 
@@ -256,7 +260,9 @@ class Learner:
             shadow_ranks=ranks.shadowed,
         )
 
-    def _static_predict(self, users: list[str], items: list[str], live: np.ndarray) -> np.ndarray:
+    def _static_predict(
+        self, users: Sequence[str], items: Sequence[str], live: np.ndarray
+    ) -> np.ndarray:
         """The static track's predictions; until a first version exists both tracks
         are the same predictor."""
         if self.static is None:

@@ -29,6 +29,7 @@ from drift.ranking import (
     ndcg,
     ranks_of_products,
 )
+from functions.ids import distinct
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
 from service.serving.vector import BIAS, EXTRA, SCALE
@@ -70,8 +71,8 @@ class BatchColumns:
         ``order[starts[c]:starts[c + 1]]``.
     """
 
-    users: list[str]
-    items: list[str]
+    users: Sequence[str]
+    items: Sequence[str]
     ratings: np.ndarray
     labelled: np.ndarray
     first: list[str]
@@ -83,8 +84,8 @@ class BatchColumns:
     def of(
         cls,
         stored: Sequence[NewEvent],
-        users: list[str] | None = None,
-        items: list[str] | None = None,
+        users: Sequence[str] | None = None,
+        items: Sequence[str] | None = None,
     ) -> BatchColumns:
         """The columns of ``stored``; ``users`` and ``items``, when the caller has
         taken them already, are used as they are (every event's, in order)."""
@@ -98,9 +99,7 @@ class BatchColumns:
         else:  # the usual batch: every event rated
             labelled = np.arange(len(rated))
         ratings = np.array(rated, dtype=np.float64)  # None reads as NaN
-        first = list(dict.fromkeys(users))
-        index = dict(zip(first, range(len(first)), strict=True))
-        codes = np.fromiter(map(index.__getitem__, users), dtype=np.int64, count=len(users))
+        first, codes = distinct(users)
         starts = np.zeros(len(first) + 1, dtype=np.int64)
         np.cumsum(np.bincount(codes, minlength=len(first)), out=starts[1:])
         order = np.argsort(codes, kind="stable")
@@ -398,8 +397,8 @@ class PrequentialRanking:
         static: BiasedMF | None,
         vectors: np.ndarray | None = None,
         *,
-        users: list[str] | None = None,
-        items: list[str] | None = None,
+        users: Sequence[str] | None = None,
+        items: Sequence[str] | None = None,
         shadow: tuple[ServingView, np.ndarray] | None = None,
     ) -> PairedRanks | None:
         """Rank the sampled events of ``stored`` (in order), then add it to the history.
