@@ -214,8 +214,7 @@ def user_balanced_mean(values: np.ndarray, keys: np.ndarray) -> tuple[float, flo
     tuple
         ``(level, variance of the level, distinct users)``.
     """
-    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
-    sums = np.bincount(inverse, weights=values.astype(np.float64))
+    counts, sums = _per_user(values, np.asarray(keys))
     weights = np.minimum(counts, USER_WEIGHT_CAP)
     means = sums / counts
     level = float((weights * means).sum() / weights.sum())
@@ -225,3 +224,25 @@ def user_balanced_mean(values: np.ndarray, keys: np.ndarray) -> tuple[float, flo
     spread = (weights**2 * (means - level) ** 2).sum() / weights.sum() ** 2
     variance = float(spread * users / max(users - 1, 1))
     return level, variance, users
+
+
+#: Errors from which counting into one bin per possible 16-bit key beats sorting them.
+_BINNED_FROM = 4_096
+
+
+def _per_user(values: np.ndarray, keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Each user's error count and sum, users in key order, sums in arrival order.
+
+    A long record is counted into one bin per possible key (a pass over the errors, where
+    sorting 20,000 of them was most of the detector's time); a short one is sorted, which
+    costs less than the 65,536 bins. Both give the same counts and the same sums.
+    """
+    values = values.astype(np.float64)
+    if keys.size < _BINNED_FROM:
+        _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+        return counts, np.bincount(inverse, weights=values)
+    if keys.dtype != np.uint16 and (keys.min() < 0 or keys.max() > 0xFFFF):
+        raise ValueError("user keys must be integers in [0, 65535]")
+    every = np.bincount(keys)
+    present = np.flatnonzero(every)
+    return every[present], np.bincount(keys, weights=values)[present]

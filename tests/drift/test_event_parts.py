@@ -6,7 +6,12 @@ import numpy as np
 import pytest
 
 from drift import EventDriftMonitor
-from drift.event_confirm import RiseConfirmation, user_balanced_mean
+from drift.event_confirm import (
+    _BINNED_FROM,
+    USER_WEIGHT_CAP,
+    RiseConfirmation,
+    user_balanced_mean,
+)
 from drift.event_feed import RiverFeed
 from drift.event_record import MAX_RECENT, ErrorRecord
 from drift.event_state import StateError, restore_state
@@ -44,3 +49,22 @@ def test_a_state_with_mismatched_keys_is_refused() -> None:
     confirmation = RiseConfirmation(record, EventDriftMonitor())
     with pytest.raises(StateError, match="user keys"):
         restore_state({"errors": "", "users": "AAAAAA=="}, record, feed, confirmation)
+
+
+def test_a_long_record_is_counted_per_user_as_a_sorted_one_is() -> None:
+    rng = np.random.default_rng(5)
+    users = rng.integers(0, 2**16, 700)
+    keys = users[rng.integers(0, 700, 9_000)].astype(np.uint16)
+    values = rng.random(9_000).astype(np.float16)
+    binned = user_balanced_mean(values, keys)
+    assert keys.size >= _BINNED_FROM
+    _, inverse, counts = np.unique(keys, return_inverse=True, return_counts=True)
+    sums = np.bincount(inverse, weights=values.astype(np.float64))
+    weights = np.minimum(counts, USER_WEIGHT_CAP)
+    means = sums / counts
+    assert binned[0] == float((weights * means).sum() / weights.sum())  # bit for bit
+    assert binned[2] == counts.size
+    too_wide = keys.astype(np.int64)
+    too_wide[0] = 2**16
+    with pytest.raises(ValueError, match="65535"):
+        user_balanced_mean(values, too_wide)
