@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from drift.event_confirm import user_balanced_mean
 from drift.page_hinkley import PageHinkley
 from drift.ranking import RankingSampler
 from drift.segments import SegmentBuffer
@@ -53,6 +54,7 @@ def warm_up_learning_path(factors: int) -> float:
     ranking = PrequentialRanking(RankingSampler(fraction=0.9999, min_rating=0.0), RatedItems())
     ranking.rank(events, serving.view, model, vectors, users=_USERS, items=_ITEMS)
     PageHinkley().update_many(np.linspace(0.0, 1.0, 8))
+    user_balanced_mean(_RATINGS / 5.0, np.arange(_RATINGS.size, dtype=np.uint16))
     segments = SegmentBuffer()
     segments.record(_USERS, _ITEMS, _RATINGS / 5.0, after=0)
     segments.report(change_events=2)
