@@ -105,11 +105,15 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
         pipeline.kernels_ready.wait()  # loaded at start, as a server does
         store = StageClock()
         store.wrap("store", pipeline.writer, "store")
+        # What the registry follower does in a server (load each published version, swap
+        # to it or start its shadow), done inline here after a job.
+        store.wrap("publication", pipeline, "_serve_inline_publication")
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
         spent = _replay(pipeline, river, stream, batch_size)
-        # Jobs and the swaps that follow them run inline here; the service runs both off
-        # the ingest path (the job thread, the registry follower), so both are excluded.
-        retrain_s = pipeline.retrainer.training_seconds + pipeline.swapper.swap_seconds
+        # Jobs and what follows their publication run inline here; the service runs both
+        # off the ingest path (the job thread, the registry follower), so both are
+        # excluded: the training, and the loading, swapping and shadow starts.
+        retrain_s = pipeline.retrainer.training_seconds + store.seconds["publication"]
         with pipeline.db.connect() as conn:
             alerts = len(list_alerts(conn, limit=100_000, kind="drift"))
             retrains = count_jobs(conn, status="succeeded")
