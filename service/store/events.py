@@ -16,6 +16,7 @@ import numpy as np
 from sqlalchemy import Connection, Result, func, select
 
 from service.store import archives
+from service.store.prepared import Prepared
 from service.store.tables import events
 
 _COLUMNS = ("event_id", "user_id", "item_id", "rating", "timestamp", "ingested_at")
@@ -244,9 +245,14 @@ def count_events(conn: Connection, labelled_only: bool = False, up_to_id: int | 
     return stored + archives.archived_count(conn, up_to, labelled_only=labelled_only)
 
 
+#: Read twice per stored batch: SQLAlchemy building and running it cost more than the
+#: database's look-up of the newest rowid.
+_MAX_EVENT_ID = Prepared(select(func.max(events.c.id)))
+
+
 def max_event_id(conn: Connection) -> int:
     """The newest row id, 0 for an empty store; the boundary a model version records."""
-    return int(conn.scalar(select(func.max(events.c.id))) or 0)
+    return int(_MAX_EVENT_ID.scalar(conn) or 0)
 
 
 def labelled_events(

@@ -54,6 +54,19 @@ class Prepared:
         finally:
             cursor.close()
 
+    def scalar(self, conn: Connection, params: Mapping[str, Any] | None = None) -> Any:
+        """Run once; the first column of the first row (None: no row)."""
+        sql, names = self._compiled_for(conn)
+        given = params or {}
+        args = given if names is None else tuple(given[name] for name in names)
+        cursor = conn.connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cursor.execute(sql, args)
+            row = cursor.fetchone()
+            return None if row is None else row[0]
+        finally:
+            cursor.close()
+
     def _compiled_for(self, conn: Connection) -> tuple[str, tuple[str, ...] | None]:
         found = self._compiled.get(conn.dialect.name)
         if found is None:
