@@ -25,9 +25,9 @@ an immutable ranking (a tuple swapped whole); readers take it without a lock.
 
 from __future__ import annotations
 
-from bisect import bisect_left, insort
+from bisect import bisect_left
 from collections.abc import Container, Sequence
-from itertools import islice, repeat
+from itertools import repeat
 
 import numpy as np
 from numba import njit
@@ -106,13 +106,23 @@ class _ItemCodes(_Codes):
     def _append(self, new: list[str]) -> None:
         super()._append(new)
         fresh = sorted(new)
-        places = [bisect_left(self.sorted, name) for name in fresh]  # among the old ids
+        if len(fresh) > _INSERTED:  # many at once (a window loaded whole): one sort
+            every = sorted(self.sorted + fresh)
+            self.sorted = every
+            self.by_id = np.fromiter(map(self.index.__getitem__, every), np.int64, len(every))
+            return
+        old = self.sorted
+        places = [bisect_left(old, name) for name in fresh]  # among the old ids
         self.by_id = np.insert(self.by_id, places, [self.index[name] for name in fresh])
-        if len(fresh) > _INSERTED:  # many at once (a window loaded whole): one merge
-            self.sorted = sorted(self.sorted + fresh)
-        else:
-            for name in fresh:
-                insort(self.sorted, name)
+        # One pass of slices, where inserting each name moved the list's tail each time.
+        merged: list[str] = []
+        start = 0
+        for place, name in zip(places, fresh, strict=True):
+            merged += old[start:place]
+            merged.append(name)
+            start = place
+        merged += old[start:]
+        self.sorted = merged
 
 
 class _Window:
@@ -157,12 +167,14 @@ class _Window:
         _slide(self.ring, state, arrived, self.table, self.counts, self.distinct)
         self.start, self.size, self.pairs = state.tolist()
 
-    def top(self, ranked: int) -> tuple[tuple[str, ...], tuple[int, ...]]:
-        """The best ``ranked`` items and their distinct users, best first, ties by id."""
+    def top(self, ranked: int) -> tuple[np.ndarray, np.ndarray]:
+        """The best ``ranked`` items and their distinct users, best first, ties by id:
+        fresh read-only arrays (object and int64), published as they are."""
         items = self.items
         best = _best(self.distinct, items.by_id, ranked)
-        names = items.objects[best].tolist()
-        return tuple(names), tuple(self.distinct[best].tolist())
+        names, users = items.objects[best], self.distinct[best]
+        names.flags.writeable = users.flags.writeable = False
+        return names, users
 
     def events(self) -> tuple[list[str], list[str]]:
         """The window's users and items, oldest first."""
@@ -308,22 +320,32 @@ class PopularItems:
         self.ranked = ranked
         self._window = _Window(window)
         #: The best ``ranked`` items, their distinct users and the window's distinct
-        #: (user, item) pairs, published together.
-        self._published: tuple[tuple[str, ...], tuple[int, ...], int] = ((), (), 0)
+        #: (user, item) pairs, published together (read-only arrays, replaced whole: a
+        #: batch publishes without turning 2,000 entries into Python objects, a reader
+        #: converts the few it takes).
+        self._published: tuple[np.ndarray, np.ndarray, int] = (
+            np.empty(0, dtype=object),
+            np.empty(0, dtype=np.int64),
+            0,
+        )
 
     @property
     def ranking(self) -> tuple[tuple[str, int], ...]:
         """(item, distinct users) best first, ties by item id."""
         items, users, _ = self._published
-        return tuple(zip(items, users, strict=True))
+        return tuple(zip(items.tolist(), users.tolist(), strict=True))
 
     def top(self, k: int, exclude: Container[str] = ()) -> list[tuple[str, float]]:
         """The ``k`` best items not in ``exclude``, each scored by its share of the
         window's distinct (user, item) pairs (lock-free)."""
         items, users, pairs = self._published
-        ranked = zip(items, users, strict=True)
-        chosen = islice((entry for entry in ranked if entry[0] not in exclude), k)
-        return [(item, count / pairs) for item, count in chosen]
+        chosen: list[tuple[str, float]] = []
+        for at, item in enumerate(items):
+            if len(chosen) == k:
+                break
+            if item not in exclude:
+                chosen.append((item, int(users[at]) / pairs))
+        return chosen
 
     @property
     def pairs(self) -> int:
