@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
 
 import numpy as np
@@ -313,12 +314,15 @@ class _Codes:
         """The codes of ``ids``, shape ``(n,)``; new ids get the next codes."""
         index = self._index
         first, at = distinct(ids) if repeats(ids) else (ids, None)
-        # New ids are numbered in sorted order, so that codes do not depend on the
-        # order within the batch or on string hashing.
-        for name in sorted({name for name in first if name not in index}):
-            index[name] = len(self.names)
-            self.names.append(name)
-        codes = np.fromiter(map(index.__getitem__, first), np.int64, count=len(first))
+        codes = np.fromiter(map(index.get, first, repeat(-1)), np.int64, count=len(first))
+        missing = np.flatnonzero(codes < 0).tolist()
+        if missing:
+            # New ids are numbered in sorted order, so that codes do not depend on the
+            # order within the batch or on string hashing.
+            for name in sorted({first[j] for j in missing}):
+                index[name] = len(self.names)
+                self.names.append(name)
+            codes[missing] = [index[first[j]] for j in missing]
         return codes if at is None else codes[at]
 
     def decode(self, codes: np.ndarray) -> np.ndarray:
