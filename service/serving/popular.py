@@ -106,14 +106,12 @@ class _ItemCodes(_Codes):
     def _append(self, new: list[str]) -> None:
         super()._append(new)
         fresh = sorted(new)
-        if len(fresh) > _INSERTED:  # many at once (a window loaded whole): one sort
-            every = sorted(self.sorted + fresh)
-            self.sorted = every
-            self.by_id = np.fromiter(map(self.index.__getitem__, every), np.int64, len(every))
-            return
         old = self.sorted
         places = [bisect_left(old, name) for name in fresh]  # among the old ids
         self.by_id = np.insert(self.by_id, places, [self.index[name] for name in fresh])
+        if len(fresh) > _INSERTED:  # many at once (a window loaded whole): one merge
+            self.sorted = sorted(old + fresh)
+            return
         # One pass of slices, where inserting each name moved the list's tail each time.
         merged: list[str] = []
         start = 0
