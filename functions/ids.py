@@ -40,7 +40,7 @@ class Ids(tuple[str, ...]):
 
     repeated: bool = False
     _distinct: tuple[list[str], np.ndarray]
-    _encoded: dict[tuple[int, Any], np.ndarray]
+    _encoded: dict[tuple[object, Any], np.ndarray]
 
     @classmethod
     def of(cls, ids: Sequence[str], *, repeated: bool) -> Ids:
@@ -67,7 +67,7 @@ class Ids(tuple[str, ...]):
             cache = self._encoded
         except AttributeError:
             cache = self._encoded = {}
-        key = (id(table), state)
+        key = (table, state)  # the table itself: an id could be reused once it is gone
         found = cache.get(key)
         if found is None:
             found = cache[key] = _read_only(encode(self))
