@@ -140,7 +140,7 @@ def test_the_zip_is_deterministic_and_holds_only_the_worker(tmp_path: Path) -> N
     assert "functions/gpu.py" not in names and "functions/pricing.py" not in names
     assert set(names) == {
         "lambda_function.py",
-        *(f"functions/{m}.py" for m in ("__init__", "artifacts", "handler", "mf")),
+        *(f"functions/{m}.py" for m in ("__init__", "artifacts", "handler", "ids", "mf")),
         *(f"functions/{m}.py" for m in ("mf_arrays", "mf_checks", "mf_rows", "mf_sgd", "topk")),
         *(f"functions/{m}.py" for m in ("objectstore", "s3", "shards", "trainers")),
     }
