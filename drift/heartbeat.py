@@ -314,5 +314,8 @@ class UserKeys:
         if None in found:
             if len(keys) + len(first) > self.limit:
                 keys.clear()
-            found = [keys.get(user) or keys.setdefault(user, user_key(user)) for user in first]
+            found = [
+                keys[user] if user in keys else keys.setdefault(user, user_key(user))
+                for user in first
+            ]
         return np.array(found, dtype=np.uint16)[codes]

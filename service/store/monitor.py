@@ -144,6 +144,8 @@ def load_record_errors(
 ) -> tuple[np.ndarray, np.ndarray] | None:
     """Errors ``start`` to ``end`` of record ``epoch`` and their user keys, or None when
     the saved rows do not cover them without a gap."""
+    if start == end:
+        return np.empty(0, np.float16), np.empty(0, np.uint16)
     rows = conn.execute(
         select(monitor_errors)
         .where(
@@ -156,8 +158,6 @@ def load_record_errors(
         )
         .order_by(monitor_errors.c.start)
     ).all()
-    if start == end:
-        return np.empty(0, np.float16), np.empty(0, np.uint16)
     if not rows or rows[0].start > start or rows[-1].stop < end:
         return None
     if any(after.start != before.stop for before, after in zip(rows, rows[1:], strict=False)):
