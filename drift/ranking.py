@@ -34,6 +34,8 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike
 
+from drift.batch_ids import distinct, look_up, repeats
+
 __all__ = [
     "DEFAULT_K",
     "NOT_RANKED",
@@ -155,8 +157,8 @@ class RankingSampler:
 
     fraction: float = 0.1
     min_rating: float = 4.0
-    _digests: dict[str, int] = field(
-        default_factory=dict, init=False, repr=False, compare=False, hash=False
+    _digests: _Digests = field(
+        default_factory=lambda: _Digests(), init=False, repr=False, compare=False, hash=False
     )
 
     def __post_init__(self) -> None:
@@ -226,24 +228,61 @@ class RankingSampler:
     ) -> np.ndarray:
         """Each event's ``sample_point`` ``(n,)``, from the kept digests: an event is in
         the sample of any fraction above its point, so one sample nests in another."""
-        n = len(user_ids)
-        digests = self._digests_of([*user_ids, *item_ids])
-        mixed = _mix(digests[:n], digests[n:], timestamps)
-        return mixed.astype(np.float64) / _HASH_SCALE
-
-    def _digests_of(self, keys: list[str]) -> np.ndarray:
-        """The digest of each id ``(n,)`` uint64: looked up, computed only for ids not kept."""
         digests = self._digests
-        try:
-            return np.array(list(map(digests.get, keys)), dtype=np.uint64)
-        except TypeError:  # some ids are new (None does not convert): digest each once
-            pass
-        new = [key for key in dict.fromkeys(keys) if key not in digests]
-        if len(digests) + len(new) > _ID_CACHE_LIMIT:
-            digests.clear()
-            new = list(dict.fromkeys(keys))
-        digests.update(zip(new, map(_id_digest, new), strict=True))
-        return np.array(list(map(digests.__getitem__, keys)), dtype=np.uint64)
+        return (
+            _mix(digests.of(user_ids), digests.of(item_ids), timestamps).astype(np.float64)
+            / _HASH_SCALE
+        )
+
+
+class _Digests:
+    """The digests of ids met before, kept between batches (a stream repeats its users
+    and items, and a digest costs ten times a look-up), at most ``_ID_CACHE_LIMIT``:
+    past it they start afresh, in a new table."""
+
+    def __init__(self) -> None:
+        self._table = _DigestTable()
+
+    def of(self, ids: Sequence[str]) -> np.ndarray:
+        """The digest of each id ``(n,)`` uint64: each distinct id of a batch that says
+        its ids repeat looked up once, the others by code where they carry one."""
+        if repeats(ids):
+            first, at = distinct(ids)
+            return self._of(first)[at]
+        return self._of(ids)
+
+    def _of(self, ids: Sequence[str]) -> np.ndarray:
+        table = self._table
+        slots = look_up(ids, table, table.slot.get)
+        missing = np.flatnonzero(slots < 0).tolist()
+        if missing:
+            new = list(dict.fromkeys(ids[j] for j in missing))
+            if len(table.slot) + len(new) > _ID_CACHE_LIMIT:
+                table = self._table = _DigestTable()
+                return table.values[table.add(list(dict.fromkeys(ids)), ids)]
+            slots[missing] = table.add(new, [ids[j] for j in missing])
+        return table.values[slots]
+
+
+class _DigestTable:
+    """Ids' digests in an array, by slot (``slot``: id → slot)."""
+
+    def __init__(self) -> None:
+        self.slot: dict[str, int] = {}
+        self.values = np.empty(64, dtype=np.uint64)
+
+    def add(self, new: list[str], wanted: Sequence[str]) -> np.ndarray:
+        """Digest the ``new`` ids into the next slots; the slot of each ``wanted`` id."""
+        start = len(self.slot)
+        if start + len(new) > self.values.size:
+            grown = np.empty(2 * (start + len(new)), dtype=np.uint64)
+            grown[:start] = self.values[:start]
+            self.values = grown
+        self.values[start : start + len(new)] = np.fromiter(
+            map(_id_digest, new), dtype=np.uint64, count=len(new)
+        )
+        self.slot.update(zip(new, range(start, start + len(new)), strict=True))
+        return np.fromiter(map(self.slot.__getitem__, wanted), np.int64, count=len(wanted))
 
 
 def rank_of(scores: ArrayLike, target: int, exclude: ArrayLike | None = None) -> int:

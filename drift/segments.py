@@ -49,7 +49,7 @@ import numpy as np
 from numba import njit
 from numpy.typing import ArrayLike
 
-from drift.batch_ids import distinct, repeats
+from drift.batch_ids import distinct, look_up, repeats
 
 __all__ = ["SegmentBuffer", "SegmentRules", "attribute_rise"]
 
@@ -242,9 +242,9 @@ class SegmentBuffer:
         if len(self._user_codes) <= limit and len(self._item_codes) <= limit:
             return
         kept = slice(0, self._size)  # the slots in use (all of them once full)
-        self._users[kept] = self._user_codes.compact(self._users[kept])
+        self._user_codes, self._users[kept] = self._user_codes.compacted(self._users[kept])
         old_items = self._items[kept]
-        new_items = self._item_codes.compact(old_items)
+        self._item_codes, new_items = self._item_codes.compacted(old_items)
         events = np.zeros(len(self._item_codes), dtype=np.int64)
         events[new_items] = self._item_events[old_items]
         self._item_events = events
@@ -313,8 +313,14 @@ class _Codes:
     def encode(self, ids: Sequence[str]) -> np.ndarray:
         """The codes of ``ids``, shape ``(n,)``; new ids get the next codes."""
         index = self._index
-        first, at = distinct(ids) if repeats(ids) else (ids, None)
-        codes = np.fromiter(map(index.get, first, repeat(-1)), np.int64, count=len(first))
+        first: Sequence[str]
+        at: np.ndarray | None
+        if repeats(ids):
+            first, at = distinct(ids)
+            codes = np.fromiter(map(index.get, first, repeat(-1)), np.int64, count=len(first))
+        else:
+            first, at = ids, None
+            codes = look_up(ids, self, index.get)
         missing = np.flatnonzero(codes < 0).tolist()
         if missing:
             # New ids are numbered in sorted order, so that codes do not depend on the
@@ -331,12 +337,14 @@ class _Codes:
         names[:] = [self.names[k] for k in codes.tolist()]
         return names
 
-    def compact(self, codes: np.ndarray) -> np.ndarray:
-        """Keep only the ids of ``codes``, numbered afresh; their new codes."""
+    def compacted(self, codes: np.ndarray) -> tuple[_Codes, np.ndarray]:
+        """Codes for only the ids of ``codes``, numbered afresh (a new table: codes
+        looked up by ``look_up`` are kept per table), and their new codes."""
         kept, new_codes = np.unique(codes, return_inverse=True)
-        self.names = [self.names[k] for k in kept.tolist()]
-        self._index = {name: k for k, name in enumerate(self.names)}
-        return new_codes.reshape(-1)
+        fresh = _Codes()
+        fresh.names = [self.names[k] for k in kept.tolist()]
+        fresh._index = {name: k for k, name in enumerate(fresh.names)}
+        return fresh, new_codes.reshape(-1)
 
 
 @njit(cache=True, nogil=True)

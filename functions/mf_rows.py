@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
-from functions.ids import Ids, codes_through
+from functions.ids import Ids, look_up
 
 __all__ = ["DTYPE", "IdRows", "UserItemRows"]
 
@@ -86,7 +86,7 @@ class IdRows:
         return self._look_up(ids)
 
     def _look_up(self, ids: Sequence[str]) -> np.ndarray:
-        return codes_through(ids, self.index.get)
+        return look_up(ids, self, self.index.get, size=self.size)  # rows are only added
 
 
 class UserItemRows:

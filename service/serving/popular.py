@@ -27,12 +27,11 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Container, Sequence
-from itertools import repeat
 
 import numpy as np
 from numba import njit
 
-from functions.ids import distinct
+from functions.ids import distinct, look_up
 
 #: Items kept in the published ranking. ``/recommend`` asks for at most 1,000 and drops
 #: the stranger's own items (at most the events it had in the window).
@@ -75,7 +74,7 @@ class _Codes:
             if new:
                 self._append(new)
             return np.fromiter(map(index.__getitem__, first), np.int64, count=len(first))[at]
-        codes = np.fromiter(map(index.get, ids, repeat(-1)), dtype=np.int64, count=len(ids))
+        codes = look_up(ids, self, index.get)
         missing = np.flatnonzero(codes < 0)
         if missing.size:
             self._append(list(dict.fromkeys(ids[j] for j in missing.tolist())))

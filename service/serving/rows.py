@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from functions.ids import codes_through
+from functions.ids import IdCodes, Ids, look_up
 
 #: The stamp of a free row: never among the least recently seen.
 _FREE = np.iinfo(np.int64).max
@@ -66,6 +66,8 @@ class LruRows:
         #: (row, stamp) of the least recently seen rows, oldest first, as last found.
         self._oldest: deque[tuple[int, int]] = deque()
         self.fresh = np.empty(0, dtype=np.int64)
+        #: The id codes ``rows_for`` was last handed ids by: they keep rows it found.
+        self._coded_by: IdCodes | None = None
 
     def __len__(self) -> int:
         return len(self.index)
@@ -97,7 +99,9 @@ class LruRows:
         order of first appearance) so the caller can give them their priors.
         """
         n = len(keys)
-        rows = codes_through(keys, self.index.get)
+        if isinstance(keys, Ids) and keys.codes is not None:
+            self._coded_by = keys.codes  # told of every row given up (``evict``)
+        rows = look_up(keys, self, self.index.get)
         missing = np.flatnonzero(rows < 0)
         fresh: list[int] = []
         if missing.size:
@@ -131,6 +135,8 @@ class LruRows:
             self._seen[row] = _FREE
             self._free.append(row)
             evicted.append(key)
+        if evicted and self._coded_by is not None:
+            self._coded_by.forget(self, evicted)
         return evicted
 
     def _find_oldest(self, wanted: int) -> None:
@@ -192,6 +198,8 @@ class LruRows:
         self.arrays, self._keys, self._free = arrays, slots, free
         self._seen, self._clock, self._oldest = seen, len(keys), deque()
         self.fresh = np.empty(0, dtype=np.int64)
+        if self._coded_by is not None:
+            self._coded_by.drop(self)
 
     def _allocate(self, key: str) -> int:
         if not self._free:

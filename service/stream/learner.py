@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from drift import PrequentialTracker
-from functions.ids import Ids
+from functions.ids import IdCodes, Ids
 from functions.mf import BiasedMF
 from service.metrics import Metrics
 from service.serving.history import RatedItems
@@ -90,12 +90,13 @@ class _Columns:
     ratings: np.ndarray
 
     @classmethod
-    def of(cls, stored: Sequence[NewEvent]) -> _Columns:
+    def of(cls, stored: Sequence[NewEvent], item_codes: IdCodes | None) -> _Columns:
         """The columns, the ids as :class:`functions.ids.Ids`: each stage that maps them
-        through a table meets each user's string once, and stages mapping them through
-        the same version's table share one look-up."""
+        through a table meets each user's string once, stages mapping them through the
+        same version's table share one look-up, and items are looked up by their
+        codes in ``item_codes`` (None: by their strings)."""
         all_users = Ids.of([e.user_id for e in stored], repeated=True)
-        all_items = Ids.of([e.item_id for e in stored], repeated=False)
+        all_items = Ids.of([e.item_id for e in stored], repeated=False, codes=item_codes)
         ratings = [e.rating for e in stored]
         if None not in ratings:  # the usual batch: every event rated
             return cls(all_users, all_items, all_users, all_items, np.array(ratings, dtype=float))
@@ -104,7 +105,7 @@ class _Columns:
             all_users,
             all_items,
             Ids.of([e.user_id for e in labelled], repeated=True),
-            Ids.of([e.item_id for e in labelled], repeated=False),
+            Ids.of([e.item_id for e in labelled], repeated=False, codes=item_codes),
             np.array([e.rating for e in labelled], dtype=float),
         )
 
@@ -151,6 +152,9 @@ class Learner:
         #: serving process leaves that to its stream process (``service.wiring``) and
         #: only folds the log in: no predictions, ranking sample or tracks.
         self.evaluate = evaluate
+        #: Integer codes of the items the ingest path meets, for every table on it
+        #: (None: tables look items up by their strings).
+        self.item_codes: IdCodes | None = IdCodes()
 
     # -- start-up ---------------------------------------------------------------------
     def restore(self, static: BiasedMF | None) -> None:
@@ -176,7 +180,7 @@ class Learner:
     def learn(self, stored: Sequence[NewEvent], position: int) -> Evaluation:
         """Evaluate then learn the events of the log up to ``position``; rated and
         popular items too."""
-        batch = _Columns.of(stored)
+        batch = _Columns.of(stored, self.item_codes)
         evaluation = (
             self._evaluate_and_learn(stored, batch) if self.evaluate else self._fold_in(batch)
         )

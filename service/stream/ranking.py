@@ -472,11 +472,10 @@ class PrequentialRanking:
             return nowhere
         if sampler.fraction >= 1.0:
             return liked, np.zeros(len(liked))
-        at = batch.labelled[liked].tolist()
-        users, items = batch.users, batch.items
-        points = sampler.points(
-            [users[j] for j in at], [items[j] for j in at], [stored[j].timestamp for j in at]
-        )
+        # The whole batch's points, then the liked events': its ids are looked up as
+        # the batch's columns (each user once, items by code), not as picked lists.
+        stamps = [event.timestamp for event in stored]
+        points = sampler.points(batch.users, batch.items, stamps)[batch.labelled[liked]]
         inside = points < sampler.fraction
         return liked[inside], points[inside]
 
