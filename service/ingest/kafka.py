@@ -126,25 +126,13 @@ def _decode_all(topic: str, records: list[Any], limits: EventLimits) -> list[New
         raws = [orjson.loads(record.value) for record in records]
     except (orjson.JSONDecodeError, TypeError):  # TypeError: a message without a value
         return None
-    events = parse_batch(raws, limits)
-    if events is None:
-        return None
-    return [
-        event if event.event_id is not None else _with_record_id(event, topic, record)
-        for event, record in zip(events, records, strict=True)
-    ]
+    return parse_batch(raws, limits, [_record_id(topic, record) for record in records])
 
 
-def _with_record_id(event: NewEvent, topic: str, record: Any) -> NewEvent:
-    """``event`` with ``<topic>-<partition>-<offset>`` as its id, so that a message
-    delivered again is a duplicate."""
-    return NewEvent(
-        event.user_id,
-        event.item_id,
-        event.rating,
-        event.timestamp,
-        f"{topic}-{record.partition}-{record.offset}",
-    )
+def _record_id(topic: str, record: Any) -> str:
+    """``<topic>-<partition>-<offset>``: the id of an event that carries none, so that
+    a message delivered again is a duplicate."""
+    return f"{topic}-{record.partition}-{record.offset}"
 
 
 def _decode_each(topic: str, records: list[Any], limits: EventLimits) -> Decoded:
@@ -172,7 +160,7 @@ def _decode_one(topic: str, record: Any, limits: EventLimits) -> tuple[NewEvent 
     if event is None:
         return None, "; ".join(f"{p.field}: {p.message}" for p in problems)
     if event.event_id is None:
-        event = _with_record_id(event, topic, record)
+        event = event._replace(event_id=_record_id(topic, record))
     return event, ""
 
 

@@ -131,9 +131,13 @@ def _problem(error: Any) -> Problem:
 _FIELDS = frozenset(EventIn.model_fields)
 
 
-def parse_batch(raws: Sequence[Any], limits: EventLimits) -> list[NewEvent] | None:
+def parse_batch(
+    raws: Sequence[Any], limits: EventLimits, fallback_ids: Sequence[str] | None = None
+) -> list[NewEvent] | None:
     """The events of ``raws`` (decoded JSON values) if every one is acceptable as it
     stands, else None: then ``parse_event`` on each says which are not, and why.
+    ``fallback_ids`` (one per event) are the ids of events that carry none (the Kafka
+    consumer's record ids); without them such events have no id.
 
     Checked a column at a time, in C loops: each event an object with known fields and
     both ids; every id a string of 1 to 256 characters, none refused (one regular
@@ -169,18 +173,19 @@ def parse_batch(raws: Sequence[Any], limits: EventLimits) -> list[NewEvent] | No
         and _numbers_within(timestamps, limits.timestamp_min, latest)
     ):
         return None
-    return [
-        NewEvent(
-            user,
-            item,
-            None if rating is None else float(rating),
-            None if timestamp is None else float(timestamp),
-            event_id,
-        )
-        for user, item, rating, timestamp, event_id in zip(
-            users, items, ratings, timestamps, event_ids, strict=True
-        )
-    ]
+    if fallback_ids is not None and len(given_ids) < len(event_ids):
+        event_ids = [
+            given if given is not None else fallback
+            for given, fallback in zip(event_ids, fallback_ids, strict=True)
+        ]
+    return NewEvent.columns(users, items, _floats(ratings), _floats(timestamps), event_ids)
+
+
+def _floats(values: list[Any]) -> list[float | None]:
+    """Checked JSON numbers as floats (None stays None)."""
+    if None in values:
+        return [None if value is None else float(value) for value in values]
+    return list(map(float, values))
 
 
 def _plain_identifiers(values: list[Any]) -> bool:

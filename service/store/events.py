@@ -11,6 +11,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 from sqlalchemy import Connection, Result, func, select
@@ -22,15 +23,34 @@ from service.store.tables import events
 _COLUMNS = ("event_id", "user_id", "item_id", "rating", "timestamp", "ingested_at")
 
 
-@dataclass(frozen=True, slots=True)
-class NewEvent:
-    """An event as validated by the API or the Kafka consumer, before it is stored."""
+class NewEvent(NamedTuple):
+    """An event as validated by the API or the Kafka consumer, before it is stored.
+
+    A named tuple rather than a frozen dataclass: a batch builds thousands of them, and
+    a tuple is built in C (``columns``) where a frozen dataclass sets each field through
+    ``object.__setattr__``, which made building the events about half of validating a
+    batch.
+    """
 
     user_id: str
     item_id: str
     rating: float | None = None
     timestamp: float | None = None
     event_id: str | None = None
+
+    @classmethod
+    def columns(
+        cls,
+        user_ids: Sequence[str],
+        item_ids: Sequence[str],
+        ratings: Sequence[float | None],
+        timestamps: Sequence[float | None],
+        event_ids: Sequence[str | None],
+    ) -> list[NewEvent]:
+        """The events of five checked columns of equal length, one per row."""
+        return list(
+            map(cls._make, zip(user_ids, item_ids, ratings, timestamps, event_ids, strict=True))
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -461,7 +481,7 @@ def batches_of(rows: Sequence[Sequence], limit: int) -> list[LogBatch]:
             batches.append(LogBatch([], []))
             stamp = row[6]
         batches[-1].ids.append(int(row[0]))
-        batches[-1].events.append(NewEvent(row[1], row[2], row[3], row[4], row[5]))
+        batches[-1].events.append(NewEvent._make(row[1:6]))
     if len(rows) == limit and len(batches) > 1:
         batches.pop()  # cut by the page: read whole next time
     return batches
