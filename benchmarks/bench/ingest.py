@@ -11,7 +11,8 @@
   in the same run: a bare kafka-python loop that only reads the same messages (the
   client's ceiling).
 * HTTP: a real ``driftline serve`` process; ``clients`` threads post batches of 500 at
-  once. ``http_events_per_s`` is events / wall seconds, ``http_p99_ms`` the 99th
+  once, their bodies encoded before the clock starts (the client's JSON encoding is not
+  the service's work). ``http_events_per_s`` is events / wall seconds, ``http_p99_ms`` the 99th
   percentile request latency. Beside it: the same batches written straight to the store
   in-process (the storage ceiling).
 
@@ -38,6 +39,7 @@ from typing import Any
 
 import httpx
 import numpy as np
+import orjson
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from benchmarks.baselines import RiverTrack
@@ -189,6 +191,10 @@ def _http(stream: RatingStream, workdir: Path, clients: int) -> dict[str, float]
     batches = [
         stream.events(start, start + HTTP_BATCH) for start in range(0, len(stream), HTTP_BATCH)
     ]
+    # Bodies are encoded before the clock starts: a client's JSON encoding is not the
+    # service's work, and on a small machine it would take the server's cores.
+    bodies = [orjson.dumps({"events": batch}) for batch in batches]
+    headers = {"content-type": "application/json"}
     env = {"DRIFTLINE_RETRAIN_ENABLED": "false"}
     latencies: list[float] = []
     with (
@@ -196,14 +202,14 @@ def _http(stream: RatingStream, workdir: Path, clients: int) -> dict[str, float]
         httpx.Client(base_url=server.url, timeout=120) as http,
     ):
 
-        def post(batch: list[dict]) -> None:
+        def post(body: bytes) -> None:
             began = time.perf_counter()
-            http.post("/ingest", json={"events": batch}).raise_for_status()
+            http.post("/ingest", content=body, headers=headers).raise_for_status()
             latencies.append(time.perf_counter() - began)
 
         started = time.perf_counter()
         with ThreadPoolExecutor(clients) as pool:
-            list(pool.map(post, batches))
+            list(pool.map(post, bodies))
         elapsed = time.perf_counter() - started
         stored = http.get("/healthz").json()["events_stored"]
     if stored != len(stream):
