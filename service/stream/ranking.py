@@ -59,6 +59,8 @@ class BatchColumns:
         Every event's user and item ``(n,)``, labelled or not.
     ratings
         Every event's rating ``(n,)``, NaN where it has none.
+    timestamps
+        Every event's timestamp, None where it has none.
     labelled
         Positions of the labelled events, ascending.
     first
@@ -74,6 +76,7 @@ class BatchColumns:
     users: Sequence[str]
     items: Sequence[str]
     ratings: np.ndarray
+    timestamps: Sequence[float | None]
     labelled: np.ndarray
     first: list[str]
     codes: np.ndarray
@@ -89,11 +92,13 @@ class BatchColumns:
     ) -> BatchColumns:
         """The columns of ``stored``; ``users`` and ``items``, when the caller has
         taken them already, are used as they are (every event's, in order)."""
-        users = [e.user_id for e in stored] if users is None else users
-        items = [e.item_id for e in stored] if items is None else items
+        # One transposition of the events (named tuples) rather than a pass per field.
+        columns = tuple(zip(*stored, strict=True)) if stored else ((),) * len(NewEvent._fields)
+        users = columns[0] if users is None else users
+        items = columns[1] if items is None else items
         if not len(users) == len(items) == len(stored):
             raise ValueError(f"{len(users)} users and {len(items)} items for {len(stored)} events")
-        rated = [e.rating for e in stored]
+        rated, stamps = columns[2], columns[3]
         if None in rated:
             labelled = np.array([at for at, r in enumerate(rated) if r is not None], np.int64)
         else:  # the usual batch: every event rated
@@ -103,7 +108,7 @@ class BatchColumns:
         starts = np.zeros(len(first) + 1, dtype=np.int64)
         np.cumsum(np.bincount(codes, minlength=len(first)), out=starts[1:])
         order = np.argsort(codes, kind="stable")
-        return cls(users, items, ratings, labelled, first, codes, order, starts)
+        return cls(users, items, ratings, stamps, labelled, first, codes, order, starts)
 
     def first_positions(self, items: dict[str, list[str]]) -> dict[str, list[int]]:
         """Where each user's ``items`` (of the batch) first occur in the batch."""
@@ -427,7 +432,7 @@ class PrequentialRanking:
         """
         began = time.perf_counter()
         batch = BatchColumns.of(stored, users, items)
-        chosen, points = self._sampled(stored, batch)
+        chosen, points = self._sampled(batch)
         snapshot = self.history.snapshot
         pending = np.full((len(batch.labelled), 2), _UNSAMPLED, dtype=np.int64)
         nothing = np.empty(0, dtype=np.int64)
@@ -458,9 +463,7 @@ class PrequentialRanking:
         self.seconds += time.perf_counter() - began
         return paired
 
-    def _sampled(
-        self, stored: Sequence[NewEvent], batch: BatchColumns
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def _sampled(self, batch: BatchColumns) -> tuple[np.ndarray, np.ndarray]:
         """Which labelled events are ranked (indices into ``batch.labelled``), and each
         one's sample point."""
         sampler = self.sampler
@@ -474,8 +477,8 @@ class PrequentialRanking:
             return liked, np.zeros(len(liked))
         # The whole batch's points, then the liked events': its ids are looked up as
         # the batch's columns (each user once, items by code), not as picked lists.
-        stamps = [event.timestamp for event in stored]
-        points = sampler.points(batch.users, batch.items, stamps)[batch.labelled[liked]]
+        points = sampler.points(batch.users, batch.items, batch.timestamps)
+        points = points[batch.labelled[liked]]
         inside = points < sampler.fraction
         return liked[inside], points[inside]
 
