@@ -11,7 +11,11 @@ Beside it, in-process, the online state one user and one item cost: ``2**17`` ne
 users the version knows) are folded into a ``ServingModel`` and the rated-items history
 under ``tracemalloc``; the growth divided by the count is the bytes per user and per
 item. ``2**17`` keys fill the row arrays exactly (they grow by doubling), so no spare
-capacity is counted.
+capacity is counted. The items' integer codes (``functions.ids.IdCodes``) are measured
+the same way: the new items again, in batches of 500 as the learner hands them over,
+with codes, into a second ``ServingModel``; the growth beyond the first is what the
+codes and the two tables that keep rows by them there (the online rows and the
+version's) cost per item. Other tables on the path keep one such array each.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import numpy as np
 
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.launcher import ServerProcess
+from functions.ids import IdCodes, Ids
 from functions.mf import BiasedMF
 from service.serving.history import RatedItems
 from service.serving.model import ServingModel
@@ -116,6 +121,12 @@ def online_state_bytes(dataset: Path | None = None, keys: int = PER_KEY_SAMPLE) 
         per_user = _traced_growth(lambda: serving.learn(new_users, known_items, ratings), keys)
         history_per_user = _traced_growth(lambda: history.add(new_users, known_items), keys)
         per_item = _traced_growth(lambda: serving.learn(known_users, new_items, ratings), keys)
+        coded = ServingModel(model, "v", max_users=None, max_items=None)
+        coded.learn(known_users[:10], known_items[:10], ratings[:10])
+        codes = IdCodes()
+        per_coded_item = _traced_growth(
+            lambda: _learn_coded(coded, codes, known_users, new_items, ratings), keys
+        )
     finally:
         tracemalloc.stop()
     return {
@@ -124,7 +135,23 @@ def online_state_bytes(dataset: Path | None = None, keys: int = PER_KEY_SAMPLE) 
         "foldin_bytes_per_user": round(per_user / keys),
         "foldin_bytes_per_item": round(per_item / keys),
         "history_bytes_per_user": round(history_per_user / keys),
+        "item_codes_bytes_per_item": round((per_coded_item - per_item) / keys),
     }
+
+
+def _learn_coded(
+    serving: ServingModel,
+    codes: IdCodes,
+    users: list[str],
+    items: list[str],
+    ratings: np.ndarray,
+    batch: int = 500,
+) -> None:
+    """``serving.learn`` in batches, the items as the learner passes them: with codes."""
+    for start in range(0, len(users), batch):
+        part = slice(start, start + batch)
+        coded = Ids.of(items[part], repeated=False, codes=codes)
+        serving.learn(users[part], coded, ratings[part])
 
 
 def run_memory(
