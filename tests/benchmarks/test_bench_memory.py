@@ -14,3 +14,6 @@ def test_online_state_per_user_and_item_is_measured_and_plausible() -> None:
     # An item's rows: two float64 sums, plus its key in the recency index.
     assert 16 < figures["foldin_bytes_per_item"] < 1_000
     assert 0 < figures["history_bytes_per_user"] < 2_000
+    # An item's code: an entry in the codes' dictionary and 8 bytes in two tables'
+    # arrays, which grow by doubling.
+    assert 16 < figures["item_codes_bytes_per_item"] < 500
