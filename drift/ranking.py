@@ -47,6 +47,7 @@ __all__ = [
     "ranks_excluding",
     "ranks_of",
     "ranks_of_products",
+    "ranks_within",
     "sample_point",
 ]
 
@@ -434,6 +435,57 @@ def ranks_of_products(
     return _rank_products(users, items, shift, targets, starts, grouped)
 
 
+def ranks_within(
+    users: np.ndarray,
+    items: np.ndarray,
+    shift: np.ndarray,
+    targets: ArrayLike,
+    owners: ArrayLike,
+    rows: ArrayLike,
+    within: int = DEFAULT_K,
+) -> np.ndarray:
+    """``ranks_of_products`` where only the top ``within`` matter: a rank past
+    ``within`` is given as ``within + 1``, so hit-rate and NDCG at ``within`` (or any k
+    below) are exactly those of the full ranks.
+
+    Each event's items are scored one at a time, in row order, and its count stops once
+    ``within + 1`` items are ahead of its target: an event whose item ranks ``r`` of
+    ``n`` scores about ``(within + 1) n / r`` items rather than all of them, so ranking
+    against a large catalogue costs in proportion to it only for the few events the
+    model places near the top. Scores are summed as ``ranks_of_products`` sums them,
+    so ties fall the same way.
+
+    Parameters
+    ----------
+    users, shift, targets, owners, rows
+        As for ``ranks_of_products``.
+    items
+        Every item's side of the product, one row per item (``n_items x d``: the
+        transpose of ``ranks_of_products``' ``items``).
+    within
+        The longest list judged.
+
+    Examples
+    --------
+    >>> users = np.array([[1.0, 0.0], [0.0, 1.0]])
+    >>> items = np.array([[0.3, 0.5], [0.9, 0.1], [0.1, 0.2]])  # three items
+    >>> ranks_within(users, items, np.zeros(2), [0, 0], [1], [1], within=1).tolist()
+    [2, 1]
+    """
+    users = np.ascontiguousarray(users, dtype=np.float64)
+    items = np.ascontiguousarray(items, dtype=np.float64)
+    shift = np.ascontiguousarray(shift, dtype=np.float64).reshape(-1)
+    m, n = len(users), len(items)
+    if users.ndim != 2 or items.ndim != 2 or users.shape[1] != items.shape[1]:
+        raise ValueError(f"users {users.shape} and items {items.shape} do not multiply")
+    if shift.size != m:
+        raise ValueError(f"{shift.size} shifts for {m} users")
+    if within < 1:
+        raise ValueError(f"within must be at least 1, got {within}")
+    targets, starts, grouped = _checked((m, n), targets, owners, rows)
+    return _rank_within(users, items, shift, targets, starts, grouped, within)
+
+
 def _checked(
     shape: tuple[int, int], targets: ArrayLike, owners: ArrayLike, rows: ArrayLike
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -578,6 +630,53 @@ def _score_row(
             row[i] += weight * items[k, i]
     for i in range(row.size):
         row[i] += shift
+
+
+@njit(cache=True, nogil=True)
+def _rank_within(
+    users: np.ndarray,
+    items: np.ndarray,
+    shift: np.ndarray,
+    targets: np.ndarray,
+    starts: np.ndarray,
+    grouped: np.ndarray,
+    within: int,
+) -> np.ndarray:  # pragma: no cover - compiled
+    m, n = len(users), len(items)
+    ranks = np.full(m, NOT_RANKED, dtype=np.int64)
+    marked = np.zeros(n, dtype=np.bool_)
+    for j in range(m):
+        target = targets[j]
+        if target < 0:
+            continue
+        excluded = grouped[starts[j] : starts[j + 1]]
+        for r in excluded:
+            marked[r] = True
+        if not marked[target]:
+            user, offset = users[j], shift[j]
+            chosen = _score_item(user, items[target], offset)
+            ahead = 0
+            for i in range(n):
+                if i == target or marked[i]:
+                    continue
+                score = _score_item(user, items[i], offset)
+                if score > chosen or (score == chosen and i < target):
+                    ahead += 1
+                    if ahead == within:  # the target is past the list: stop counting
+                        break
+            ranks[j] = 1 + ahead
+        for r in excluded:
+            marked[r] = False
+    return ranks
+
+
+@njit(cache=True, nogil=True, inline="always")
+def _score_item(user: np.ndarray, item: np.ndarray, shift: float) -> float:  # pragma: no cover
+    """``user @ item + shift``, summed as ``_score_row`` sums each item's score."""
+    total = 0.0
+    for k in range(item.size):
+        total += user[k] * item[k]
+    return total + shift
 
 
 def hits(ranks: ArrayLike, k: int = DEFAULT_K) -> np.ndarray:

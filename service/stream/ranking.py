@@ -27,7 +27,7 @@ from drift.ranking import (
     RankingTracker,
     hits,
     ndcg,
-    ranks_of_products,
+    ranks_within,
 )
 from functions.ids import distinct
 from functions.mf import BiasedMF
@@ -198,20 +198,25 @@ class RankedEvents:
 
 class CatalogueRanker:
     """Ranks events' items over one version's whole catalogue: ``drift.ranking``'s
-    ``ranks_of_products`` with scores ``mu + b_u + s_u b_i + p_u . q_i``.
+    ``ranks_within`` with scores ``mu + b_u + s_u b_i + p_u . q_i``, ranks past
+    ``within`` given as ``within + 1`` (hit-rate and NDCG at ``within`` are exact).
 
-    Two costs would dominate and both are paid once per version rather than per event:
+    Three costs would dominate and each is paid once per version, or only where it
+    matters, rather than per event and item:
 
-    * the item side of the product, [q_i; b_i] (``k+1 x n_items``), is transposed once
-      and kept; only its bias row is written per batch;
+    * the item side of the product, [q_i, b_i] (``n_items x k+1``), is laid out once
+      and kept; only its bias column is written per batch;
+    * an event's count of the items ahead of its own stops once ``within`` are, so most
+      events score a few dozen items, not the catalogue;
     * a user's history is encoded into the version's rows once, then extended by the
       items each batch adds to it (``advance``, from what ``RatedItems.add`` reports),
       so a heavy user's thousands of items are not looked up again every batch.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, within: int = DEFAULT_K) -> None:
+        self.within = within
         self._model: BiasedMF | None = None
-        #: [q_i; b_i] of every item (``k+1 x n_items``); the bias row is the caller's.
+        #: [q_i, b_i] of every item (``n_items x k+1``); the bias column is the caller's.
         self._items = np.zeros((0, 0))
         self._encoded: dict[str, tuple[frozenset[str], np.ndarray]] = {}
         #: The batch whose items ``_batch_encoded`` holds the rows of (by identity: a
@@ -229,7 +234,8 @@ class CatalogueRanker:
         global_mean: float,
         item_bias: np.ndarray,
     ) -> np.ndarray:
-        """Rank of each event's item ``(m,)`` among the items it does not leave out.
+        """Rank of each event's item ``(m,)`` among the items it does not leave out
+        (past ``within``: ``within + 1``).
 
         Parameters
         ----------
@@ -248,13 +254,13 @@ class CatalogueRanker:
         self._use(model)
         # [p_u; s_u] · [q_i; b_i] in one product: the scale weighs the item's bias as
         # another factor.
-        self._items[-1] = item_bias
+        self._items[:, -1] = item_bias
         scaled = np.delete(user_vectors, BIAS, axis=1)
         shift = global_mean + user_vectors[:, BIAS]
         targets = model.encode_items(events.targets)
         targets[~placed] = -1
         owners, rows = self._excluded(model, events, targets >= 0)
-        return ranks_of_products(scaled, self._items, shift, targets, owners, rows)
+        return ranks_within(scaled, self._items, shift, targets, owners, rows, self.within)
 
     def advance(
         self,
@@ -301,9 +307,9 @@ class CatalogueRanker:
         if model is self._model:
             return
         self._model, self._encoded, self._batch = model, {}, None
-        factors_t = model.item_factors.T
-        self._items = np.empty((factors_t.shape[0] + 1, factors_t.shape[1]))
-        self._items[:-1] = factors_t
+        factors = model.item_factors
+        self._items = np.empty((factors.shape[0], factors.shape[1] + 1))
+        self._items[:, :-1] = factors
 
     def _excluded(
         self, model: BiasedMF, events: RankedEvents, ranked: np.ndarray
@@ -366,7 +372,8 @@ class PrequentialRanking:
     history
         The users' rated items; each batch is added to it once ranked.
     k
-        Length of the list judged.
+        Length of the list judged; a rank past it is kept as ``k + 1`` (every figure
+        made from the ranks, the rollout guard's too, judges at most ``k``).
     shadow_share
         Share of the sample a version in shadow is ranked on too, a nested sample of
         the same hash (``SHADOW_RANKING_SHARE``): ranking costs in proportion to the
@@ -384,10 +391,10 @@ class PrequentialRanking:
         self.history = history
         self.shadow_share = shadow_share
         self.tracker = RankingTracker(k)
-        self._serving = CatalogueRanker()
-        self._static = CatalogueRanker()
+        self._serving = CatalogueRanker(k)
+        self._static = CatalogueRanker(k)
         #: Ranks for a version in shadow (``service.stream.shadow``), beside the serving one.
-        self._shadow = CatalogueRanker()
+        self._shadow = CatalogueRanker(k)
         #: Time spent in ``rank`` (sampling, scoring, the history), which the
         #: prequential benchmark reports as the price of ranking on the ingest path.
         self.seconds = 0.0

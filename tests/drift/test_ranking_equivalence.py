@@ -23,6 +23,7 @@ from drift.ranking import (
     ranks_excluding,
     ranks_of,
     ranks_of_products,
+    ranks_within,
     sample_point,
 )
 from tests.support.ranking_reference import reference_rank
@@ -102,6 +103,28 @@ def test_ranks_of_products_match_ranking_the_einsum_scores(seed: int) -> None:
         for j in range(m)
     ]
     assert ranks_of_products(users, items, shift, targets, owners, rows).tolist() == expected
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_ranks_within_a_list_are_the_full_ranks_cut_past_it(seed: int) -> None:
+    rng = np.random.default_rng(100 + seed)
+    m, n, d = int(rng.integers(1, 25)), int(rng.integers(1, 600)), int(rng.integers(1, 12))
+    if seed % 3 == 0:  # small integers: exact arithmetic, so plenty of exact ties
+        users = rng.integers(-1, 2, (m, d)).astype(float)
+        items = rng.integers(-1, 2, (d, n)).astype(float)
+        shift = rng.integers(0, 2, m).astype(float)
+    else:
+        users, items, shift = rng.normal(size=(m, d)), rng.normal(size=(d, n)), rng.normal(size=m)
+    _, targets, owners, rows = _case(seed, m, n, ties=False)
+    full = ranks_of_products(users, items, shift, targets, owners, rows)
+    for within in (1, 3, 10, n + 5):
+        cut = np.where(full > within, within + 1, full)
+        found = ranks_within(users, items.T, shift, targets, owners, rows, within)
+        assert found.tolist() == cut.tolist()
+        assert (hits(found, within) == hits(full, within)).all()
+        assert (ndcg(found, within) == ndcg(full, within)).all()
+    with pytest.raises(ValueError):
+        ranks_within(users, items.T, shift, targets, owners, rows, 0)
 
 
 def _reference_fmix64(x: np.ndarray) -> np.ndarray:

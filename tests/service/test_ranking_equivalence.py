@@ -168,12 +168,20 @@ def _batches(n: int, seed: int) -> Iterator[slice]:
 
 
 @pytest.mark.parametrize(
-    ("seed", "ties", "max_pairs"),
-    [(0, False, None), (1, True, None), (2, False, 300), (3, True, 120), (4, False, 40)],
+    ("seed", "ties", "max_pairs", "k"),
+    [
+        (0, False, None, 10),
+        (1, True, None, 1_000),
+        (2, False, 300, 1_000),
+        (3, True, 120, 10),
+        (4, False, 40, 3),
+    ],
 )
 def test_the_batched_sample_ranks_as_one_event_at_a_time(
-    seed: int, ties: bool, max_pairs: int | None
+    seed: int, ties: bool, max_pairs: int | None, k: int
 ) -> None:
+    """With ``k`` past the catalogue every rank is whole; below it, ranks past ``k``
+    are kept as ``k + 1``."""
     n = 4_000
     stream = _stream(seed, n)
     # The versions know some of the users and 400 of the 500 items; the second one,
@@ -181,7 +189,7 @@ def test_the_batched_sample_ranks_as_one_event_at_a_time(
     first, second = _model(seed, 40, 400, ties), _model(seed + 100, 50, 420, ties)
     static = _model(seed + 200, 25, 400, ties)
     sampler = RankingSampler(fraction=0.4)
-    ranking = PrequentialRanking(sampler, RatedItems(max_pairs))
+    ranking = PrequentialRanking(sampler, RatedItems(max_pairs), k=k)
     reference = _ReferenceHistory(max_pairs)
     rng = np.random.default_rng(seed + 300)
     folded = Map({"u55": rng.normal(size=5), "u3": rng.normal(size=5)})
@@ -192,7 +200,12 @@ def test_the_batched_sample_ranks_as_one_event_at_a_time(
         labelled = sum(e.rating is not None for e in stored)
         vectors = rng.normal(size=(labelled, model.factors + 2))
         vectors[:, -1] = rng.choice([1.0, 0.5, 2.0], labelled)
-        expected = _reference_batch(reference, sampler, stored, view, static, vectors)
+        expected = [
+            (min(served, k + 1), min(frozen, k + 1))
+            for served, frozen in _reference_batch(
+                reference, sampler, stored, view, static, vectors
+            )
+        ]
         if number % 2:  # the learner hands over the columns it has taken already
             users, items = [e.user_id for e in stored], [e.item_id for e in stored]
             ranking.rank(stored, view, static, vectors, users=users, items=items)
@@ -210,7 +223,7 @@ def test_without_vectors_or_a_static_version_the_views_own_vectors_rank() -> Non
     stream = _stream(9, 1_500)
     model = _model(9, 40, 400, ties=False)
     sampler = RankingSampler(fraction=0.5)
-    ranking = PrequentialRanking(sampler, RatedItems())
+    ranking = PrequentialRanking(sampler, RatedItems(), k=model.n_items)  # whole ranks
     reference = _ReferenceHistory(None)
     view = ServingView(model, "v", 3.4, model.item_bias.copy(), Map())
     for part in _batches(len(stream), 9):
