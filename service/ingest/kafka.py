@@ -37,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 import orjson
@@ -126,7 +126,7 @@ def _decode_all(topic: str, records: list[Any], limits: EventLimits) -> list[New
         raws = [orjson.loads(record.value) for record in records]
     except (orjson.JSONDecodeError, TypeError):  # TypeError: a message without a value
         return None
-    return parse_batch(raws, limits, [_record_id(topic, record) for record in records])
+    return parse_batch(raws, limits, lambda at: _record_id(topic, records[at]))
 
 
 def _record_id(topic: str, record: Any) -> str:
@@ -160,7 +160,7 @@ def _decode_one(topic: str, record: Any, limits: EventLimits) -> tuple[NewEvent 
     if event is None:
         return None, "; ".join(f"{p.field}: {p.message}" for p in problems)
     if event.event_id is None:
-        event = event._replace(event_id=_record_id(topic, record))
+        event = replace(event, event_id=_record_id(topic, record))
     return event, ""
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any
 
 import numpy as np
@@ -132,12 +132,14 @@ _FIELDS = frozenset(EventIn.model_fields)
 
 
 def parse_batch(
-    raws: Sequence[Any], limits: EventLimits, fallback_ids: Sequence[str] | None = None
+    raws: Sequence[Any],
+    limits: EventLimits,
+    fallback_id: Callable[[int], str] | None = None,
 ) -> list[NewEvent] | None:
     """The events of ``raws`` (decoded JSON values) if every one is acceptable as it
     stands, else None: then ``parse_event`` on each says which are not, and why.
-    ``fallback_ids`` (one per event) are the ids of events that carry none (the Kafka
-    consumer's record ids); without them such events have no id.
+    ``fallback_id(position)`` names an event that carries no id (the Kafka consumer's
+    record id); without it such events have no id.
 
     Checked a column at a time, in C loops: each event an object with known fields and
     both ids; every id a string of 1 to 256 characters, none refused (one regular
@@ -173,10 +175,9 @@ def parse_batch(
         and _numbers_within(timestamps, limits.timestamp_min, latest)
     ):
         return None
-    if fallback_ids is not None and len(given_ids) < len(event_ids):
+    if fallback_id is not None and len(given_ids) < len(event_ids):
         event_ids = [
-            given if given is not None else fallback
-            for given, fallback in zip(event_ids, fallback_ids, strict=True)
+            given if given is not None else fallback_id(at) for at, given in enumerate(event_ids)
         ]
     return NewEvent.columns(users, items, _floats(ratings), _floats(timestamps), event_ids)
 

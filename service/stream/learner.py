@@ -95,10 +95,9 @@ class _Columns:
         through a table meets each user's string once, stages mapping them through the
         same version's table share one look-up, and items are looked up by their
         codes in ``item_codes`` (None: by their strings)."""
-        # One transposition of the events (named tuples) rather than a pass per field.
-        users, items, ratings = tuple(zip(*stored, strict=True))[:3] if stored else ((), (), ())
-        all_users = Ids.of(users, repeated=True)
-        all_items = Ids.of(items, repeated=False, codes=item_codes)
+        all_users = Ids.of([e.user_id for e in stored], repeated=True)
+        all_items = Ids.of([e.item_id for e in stored], repeated=False, codes=item_codes)
+        ratings = [e.rating for e in stored]
         if None not in ratings:  # the usual batch: every event rated
             return cls(all_users, all_items, all_users, all_items, np.array(ratings, dtype=float))
         labelled = [e for e in stored if e.rating is not None]

@@ -92,13 +92,12 @@ class BatchColumns:
     ) -> BatchColumns:
         """The columns of ``stored``; ``users`` and ``items``, when the caller has
         taken them already, are used as they are (every event's, in order)."""
-        # One transposition of the events (named tuples) rather than a pass per field.
-        columns = tuple(zip(*stored, strict=True)) if stored else ((),) * len(NewEvent._fields)
-        users = columns[0] if users is None else users
-        items = columns[1] if items is None else items
+        users = [e.user_id for e in stored] if users is None else users
+        items = [e.item_id for e in stored] if items is None else items
         if not len(users) == len(items) == len(stored):
             raise ValueError(f"{len(users)} users and {len(items)} items for {len(stored)} events")
-        rated, stamps = columns[2], columns[3]
+        rated = [e.rating for e in stored]
+        stamps = [e.timestamp for e in stored]
         if None in rated:
             labelled = np.array([at for at, r in enumerate(rated) if r is not None], np.int64)
         else:  # the usual batch: every event rated

@@ -11,7 +11,7 @@ import json
 import math
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import orjson
@@ -97,12 +97,12 @@ def test_an_empty_batch_is_no_events() -> None:
 @given(st.lists(plain_events, min_size=1, max_size=20))
 def test_fallback_ids_name_only_the_events_that_carry_none(raws: list[Any]) -> None:
     fallbacks = [f"topic-0-{offset}" for offset in range(len(raws))]
-    batch = parse_batch(raws, LIMITS, fallbacks)
+    batch = parse_batch(raws, LIMITS, fallbacks.__getitem__)
     assert batch is not None
     expected = one_at_a_time(raws)
     assert expected is not None
     assert batch == [
-        event if event.event_id is not None else event._replace(event_id=fallback)
+        event if event.event_id is not None else replace(event, event_id=fallback)
         for event, fallback in zip(expected, fallbacks, strict=True)
     ]
     assert all(type(event) is NewEvent and type(event.user_id) is str for event in batch)
