@@ -51,6 +51,9 @@ class IdCodes:
     table's array with them; an :class:`Ids` coded in an earlier generation is looked
     up id by id.
 
+    A table is told apart by identity and held weakly (its array goes with it), so a
+    table must be an object whose class keeps the default equality.
+
     Ownership: one writer, the ingest path (under the learner's lock), codes ids and
     reads and writes the tables' arrays; no other thread uses them.
     """
@@ -154,7 +157,7 @@ class Ids(tuple[str, ...]):
     """
 
     repeated: bool = False
-    #: The codes these ids were given, when they were (``coded``).
+    #: The codes tables look these ids up by (None: by their strings).
     codes: IdCodes | None = None
     _coded: tuple[int, np.ndarray]
     _distinct: tuple[list[str], np.ndarray]
