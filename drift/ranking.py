@@ -423,16 +423,8 @@ def ranks_of_products(
     >>> ranks_of_products(users, items, np.zeros(2), [0, 0], [1], [1]).tolist()
     [2, 1]
     """
-    users = np.ascontiguousarray(users, dtype=np.float64)
-    items = np.ascontiguousarray(items, dtype=np.float64)
-    shift = np.ascontiguousarray(shift, dtype=np.float64).reshape(-1)
-    m, n = len(users), items.shape[1]
-    if users.ndim != 2 or items.ndim != 2 or users.shape[1] != len(items):
-        raise ValueError(f"users {users.shape} and items {items.shape} do not multiply")
-    if shift.size != m:
-        raise ValueError(f"{shift.size} shifts for {m} users")
-    targets, starts, grouped = _checked((m, n), targets, owners, rows)
-    return _rank_products(users, items, shift, targets, starts, grouped)
+    checked = _product_arguments(users, items, shift, targets, owners, rows, by_row=False)
+    return _rank_products(*checked)
 
 
 def ranks_within(
@@ -472,18 +464,35 @@ def ranks_within(
     >>> ranks_within(users, items, np.zeros(2), [0, 0], [1], [1], within=1).tolist()
     [2, 1]
     """
+    if within < 1:
+        raise ValueError(f"within must be at least 1, got {within}")
+    checked = _product_arguments(users, items, shift, targets, owners, rows, by_row=True)
+    return _rank_within(*checked, within)
+
+
+def _product_arguments(
+    users: np.ndarray,
+    items: np.ndarray,
+    shift: np.ndarray,
+    targets: ArrayLike,
+    owners: ArrayLike,
+    rows: ArrayLike,
+    *,
+    by_row: bool,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """A product's arguments as the kernels take them: contiguous float64 sides that
+    multiply (``items`` one row per item when ``by_row``, else one column), a shift per
+    user, and the checked targets with the exclusions grouped by event."""
     users = np.ascontiguousarray(users, dtype=np.float64)
     items = np.ascontiguousarray(items, dtype=np.float64)
     shift = np.ascontiguousarray(shift, dtype=np.float64).reshape(-1)
-    m, n = len(users), len(items)
-    if users.ndim != 2 or items.ndim != 2 or users.shape[1] != items.shape[1]:
+    factors, n = (items.shape[1], len(items)) if by_row else (len(items), items.shape[-1])
+    if users.ndim != 2 or items.ndim != 2 or users.shape[1] != factors:
         raise ValueError(f"users {users.shape} and items {items.shape} do not multiply")
-    if shift.size != m:
-        raise ValueError(f"{shift.size} shifts for {m} users")
-    if within < 1:
-        raise ValueError(f"within must be at least 1, got {within}")
-    targets, starts, grouped = _checked((m, n), targets, owners, rows)
-    return _rank_within(users, items, shift, targets, starts, grouped, within)
+    if shift.size != len(users):
+        raise ValueError(f"{shift.size} shifts for {len(users)} users")
+    targets, starts, grouped = _checked((len(users), n), targets, owners, rows)
+    return users, items, shift, targets, starts, grouped
 
 
 def _checked(

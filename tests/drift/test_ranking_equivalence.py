@@ -85,10 +85,13 @@ def test_a_score_row_is_summed_exactly_as_einsum_sums_it(factors: int) -> None:
         assert row.tobytes() == expected[0].tobytes()
 
 
-@pytest.mark.parametrize("seed", range(30))
-def test_ranks_of_products_match_ranking_the_einsum_scores(seed: int) -> None:
-    rng = np.random.default_rng(seed)
-    m, n, d = int(rng.integers(1, 25)), int(rng.integers(1, 400)), int(rng.integers(1, 12))
+def _products(
+    draw: int, seed: int, most_items: int
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Users (``m x d``), items (``d x n``), shifts and ``_case``'s targets and
+    exclusions; every third seed in small integers, for plenty of exact ties."""
+    rng = np.random.default_rng(draw)
+    m, n, d = int(rng.integers(1, 25)), int(rng.integers(1, most_items)), int(rng.integers(1, 12))
     if seed % 3 == 0:  # small integers: exact arithmetic, so plenty of exact ties
         users = rng.integers(-1, 2, (m, d)).astype(float)
         items = rng.integers(-1, 2, (d, n)).astype(float)
@@ -96,6 +99,13 @@ def test_ranks_of_products_match_ranking_the_einsum_scores(seed: int) -> None:
     else:
         users, items, shift = rng.normal(size=(m, d)), rng.normal(size=(d, n)), rng.normal(size=m)
     _, targets, owners, rows = _case(seed, m, n, ties=False)
+    return users, items, shift, targets, owners, rows
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_ranks_of_products_match_ranking_the_einsum_scores(seed: int) -> None:
+    users, items, shift, targets, owners, rows = _products(seed, seed, most_items=400)
+    m = len(users)
     scores = np.einsum("md,dn->mn", users, items)
     scores += shift[:, None]
     expected = [
@@ -107,15 +117,8 @@ def test_ranks_of_products_match_ranking_the_einsum_scores(seed: int) -> None:
 
 @pytest.mark.parametrize("seed", range(40))
 def test_ranks_within_a_list_are_the_full_ranks_cut_past_it(seed: int) -> None:
-    rng = np.random.default_rng(100 + seed)
-    m, n, d = int(rng.integers(1, 25)), int(rng.integers(1, 600)), int(rng.integers(1, 12))
-    if seed % 3 == 0:  # small integers: exact arithmetic, so plenty of exact ties
-        users = rng.integers(-1, 2, (m, d)).astype(float)
-        items = rng.integers(-1, 2, (d, n)).astype(float)
-        shift = rng.integers(0, 2, m).astype(float)
-    else:
-        users, items, shift = rng.normal(size=(m, d)), rng.normal(size=(d, n)), rng.normal(size=m)
-    _, targets, owners, rows = _case(seed, m, n, ties=False)
+    users, items, shift, targets, owners, rows = _products(100 + seed, seed, most_items=600)
+    n = items.shape[1]
     full = ranks_of_products(users, items, shift, targets, owners, rows)
     for within in (1, 3, 10, n + 5):
         cut = np.where(full > within, within + 1, full)

@@ -11,25 +11,10 @@ import pytest
 from functions.ids import IdCodes
 from service.settings import Settings
 from service.store.alerts import list_heartbeats
-from service.store.events import NewEvent
 from service.wiring import Driftline, build_driftline
-from tests.support.datasets import movielens_or_generated
+from tests.support.datasets import movielens_events
 
 EVENTS = 6_000
-
-
-def _events() -> list[NewEvent]:
-    stream = movielens_or_generated(limit=EVENTS)
-    return [
-        NewEvent(
-            stream.user_ids[i],
-            stream.item_ids[i],
-            float(stream.ratings[i]),
-            float(stream.timestamps[i]),
-            f"ev-{i}",
-        )
-        for i in range(EVENTS)
-    ]
 
 
 def _run(folder: Path, codes: IdCodes | None) -> dict[str, Any]:
@@ -46,7 +31,7 @@ def _run(folder: Path, codes: IdCodes | None) -> dict[str, Any]:
     pipeline: Driftline = build_driftline(settings, background_retrain=False)
     try:
         pipeline.learner.item_codes = codes
-        events = _events()
+        events = movielens_events(0, EVENTS)
         for start in range(0, len(events), 400):
             pipeline.ingest(events[start : start + 400])
         learner = pipeline.learner

@@ -25,7 +25,7 @@ from service.store.alerts import list_heartbeats
 from service.store.events import NewEvent
 from service.stream.ranking import PrequentialRanking
 from service.wiring import Driftline, build_driftline
-from tests.support.datasets import movielens_or_generated
+from tests.support.datasets import movielens_events
 from tests.support.pipelines import pipeline_factory
 
 MOVIELENS_EVENTS = 8_000
@@ -46,17 +46,7 @@ def _settings(data_dir: Path, database_url: str | None = None, **overrides: Any)
 
 
 def _movielens(start: int, stop: int) -> list[NewEvent]:
-    stream = movielens_or_generated(limit=stop)
-    return [
-        NewEvent(
-            stream.user_ids[i],
-            stream.item_ids[i],
-            float(stream.ratings[i]),
-            float(stream.timestamps[i]),
-            f"ev-{i}",
-        )
-        for i in range(start, stop)
-    ]
+    return movielens_events(start, stop)
 
 
 def _ingest(pipeline: Driftline, events: list[NewEvent], batch: int = 500) -> None:

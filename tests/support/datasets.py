@@ -11,15 +11,23 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.bench.prequential import _batch
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings, resolve
+from service.store.events import NewEvent
 
-__all__ = ["movielens_file", "movielens_or_generated", "ratings_file"]
+__all__ = ["movielens_events", "movielens_file", "movielens_or_generated", "ratings_file"]
 
 
 def movielens_or_generated(limit: int | None = None) -> RatingStream:
     """MovieLens ml-latest-small in timestamp order, or the generated stream like it."""
     return open_ratings(limit=limit)[0]
+
+
+def movielens_events(start: int, stop: int) -> list[NewEvent]:
+    """Events ``start``..``stop`` of ``movielens_or_generated`` as the pipeline takes
+    them, with the benchmarks' stable ids (``ev-<position>``)."""
+    return _batch(movielens_or_generated(limit=stop), start, stop)
 
 
 def movielens_file() -> Path:
