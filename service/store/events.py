@@ -132,10 +132,13 @@ class LabelledEvents:
 _LOG_LOCK = 0x44524654  # "DRFT"
 
 _INSERT_COLUMNS = ",".join(_COLUMNS)
-#: SQLite: one row per execution of ``executemany``, run by the driver's C loop.
-_SQLITE_INSERT = (
-    f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES (?,?,?,?,?,?) ON CONFLICT (event_id) DO NOTHING"
-)
+#: SQLite: rows per multi-row ``INSERT`` (6 parameters each, within the 999 that every
+#: SQLite build allows). A batch goes as a few such statements (``_sqlite_chunks``).
+_SQLITE_ROWS_PER_INSERT = 128
+#: The multi-row ``INSERT`` of each size used, made once (the driver then reuses the
+#: prepared statement by its text).
+_SQLITE_INSERTS: dict[int, str] = {}
+_SKIP_STORED = "ON CONFLICT (event_id) DO NOTHING"
 #: PostgreSQL: the batch as five arrays, one statement of the same text whatever the
 #: batch size (so psycopg prepares it once per connection), rows in the batch's order.
 _POSTGRESQL_INSERT = (
@@ -173,8 +176,9 @@ def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
     Either way ``log_before`` is exact: no other writer's event lies between it and
     this batch's first id.
 
-    The batch goes to the database in one statement: ``executemany`` on SQLite, five
-    arrays through ``unnest`` on PostgreSQL (``_SQLITE_INSERT``, ``_POSTGRESQL_INSERT``).
+    The batch goes to the database in a few statements: multi-row ``INSERT``s on SQLite
+    (``_sqlite_insert_rows``), five arrays through ``unnest`` on PostgreSQL
+    (``_POSTGRESQL_INSERT``).
     """
     unique: dict[str, NewEvent] = {}
     for event in batch:
@@ -192,26 +196,66 @@ def store_events(conn: Connection, batch: Sequence[NewEvent]) -> IngestOutcome:
 
 
 def _sqlite_insert(conn: Connection, unique: dict[str, NewEvent], now: float) -> _Inserted:
-    """Insert on SQLite: take the write lock, read the newest id, ``executemany``.
+    """Insert on SQLite: take the write lock, read the newest id, insert the rows.
 
     ``BEGIN IMMEDIATE`` takes the lock up front (the driver would only begin at the
     insert, after the newest id was read outside the transaction, where another
     process could still commit). When every row was stored (the driver counts them),
     none needs reading back; otherwise the rows above the newest id are this batch's
-    (new rowids exceed every stored one, and no other writer runs meanwhile).
+    (new rowids exceed every stored one, and no other writer runs meanwhile), and when
+    all were, the last one's rowid is the newest id.
     """
     if not _in_sqlite_transaction(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE")
     log_before = max_event_id(conn)
     rows = [(key, e.user_id, e.item_id, e.rating, e.timestamp, now) for key, e in unique.items()]
-    stored = conn.exec_driver_sql(_SQLITE_INSERT, rows).rowcount
+    stored, last_id = _sqlite_insert_rows(conn, rows)
     if stored == len(rows):
-        return _Inserted(log_before, max_event_id(conn), None)
+        return _Inserted(log_before, last_id, None)
     found = conn.exec_driver_sql(
         "SELECT event_id, id FROM events WHERE id > ? ORDER BY id", (log_before,)
     ).all()
     position = int(found[-1][1]) if found else log_before
     return _Inserted(log_before, position, {row[0] for row in found})
+
+
+def _sqlite_insert_rows(conn: Connection, rows: list[tuple]) -> tuple[int, int]:
+    """Insert ``rows`` in order with a few multi-row statements; the rows stored and
+    the rowid of the last row the last statement stored.
+
+    Few statements, not one per row: the driver lets other threads run during each
+    statement it steps, and a thread that must take the interpreter back while another
+    computes (a retrain, the serving index's build, a request) waits up to its switch
+    interval. ``executemany`` paid that once per row, and a 500-event batch took two to
+    three times as long beside a retrain in the same process (BENCHMARKS.md "store").
+    """
+    stored, last_id, start = 0, 0, 0
+    for size in _sqlite_chunks(len(rows)):
+        values = tuple(value for row in rows[start : start + size] for value in row)
+        result = conn.exec_driver_sql(_sqlite_insert_of(size), values)
+        stored += result.rowcount
+        last_id = result.lastrowid or last_id
+        start += size
+    return stored, last_id
+
+
+def _sqlite_chunks(n: int) -> list[int]:
+    """``n`` rows as statement sizes: full ones of ``_SQLITE_ROWS_PER_INSERT`` rows, then
+    the rest by powers of two, so that every batch uses a handful of statement texts."""
+    sizes = [_SQLITE_ROWS_PER_INSERT] * (n // _SQLITE_ROWS_PER_INSERT)
+    rest = n % _SQLITE_ROWS_PER_INSERT
+    sizes += [1 << bit for bit in reversed(range(rest.bit_length())) if rest >> bit & 1]
+    return sizes
+
+
+def _sqlite_insert_of(size: int) -> str:
+    """The ``INSERT`` of ``size`` rows that skips an ``event_id`` stored before."""
+    sql = _SQLITE_INSERTS.get(size)
+    if sql is None:
+        rows = ",".join(["(?,?,?,?,?,?)"] * size)
+        sql = f"INSERT INTO events ({_INSERT_COLUMNS}) VALUES {rows} {_SKIP_STORED}"
+        _SQLITE_INSERTS[size] = sql
+    return sql
 
 
 def _in_sqlite_transaction(conn: Connection) -> bool:

@@ -284,6 +284,77 @@ def test_a_batch_of_duplicates_only_leaves_the_position_where_it_was(db: Databas
         assert outcome.log_before == outcome.position == max_event_id(conn)
 
 
+@pytest.mark.parametrize("size", [1, 2, 127, 128, 129, 500, 1023])
+def test_a_batch_of_any_size_is_stored_whole_in_order_with_exact_values(
+    db: Database, size: int
+) -> None:
+    """SQLite inserts a batch as statements of 128 rows and powers of two below: every
+    size stores each event once, in order, with its ratings and timestamps bit for bit."""
+    rng = random.Random(size)
+    batch = [
+        NewEvent(
+            f"u{rng.randrange(50)}",
+            f"i{rng.randrange(900)}",
+            rating=rng.random() * 5 if k % 3 else None,
+            timestamp=1.7e9 + rng.random() if k % 4 else None,
+            event_id=f"s{size}-{k}",
+        )
+        for k in range(size)
+    ]
+    _store(db, _labelled(3, prefix="before"))
+    with db.begin() as conn:
+        outcome = store_events(conn, batch)
+    assert (outcome.accepted, outcome.duplicates, outcome.stored) == (size, 0, batch)
+    with db.connect() as conn:
+        assert outcome.position == max_event_id(conn) == outcome.log_before + size
+        rows = conn.execute(
+            text(
+                "SELECT event_id, user_id, item_id, rating, timestamp FROM events "
+                "WHERE id > :after ORDER BY id"
+            ),
+            {"after": outcome.log_before},
+        ).all()
+    assert [tuple(row) for row in rows] == [
+        (e.event_id, e.user_id, e.item_id, e.rating, e.timestamp) for e in batch
+    ]
+
+
+def test_duplicates_spread_over_a_large_batch_leave_exactly_the_new_events(db: Database) -> None:
+    """Stored events scattered through a batch of several statements' worth of rows:
+    the new ones are stored in order and the outcome names exactly them."""
+    events = _labelled(700)
+    stored_before = events[::3]
+    _store(db, stored_before)
+    with db.begin() as conn:
+        outcome = store_events(conn, events)
+    fresh = [e for k, e in enumerate(events) if k % 3]
+    assert outcome.stored == fresh
+    assert (outcome.accepted, outcome.duplicates) == (len(fresh), len(stored_before))
+    rows = _rows_between(db, outcome.log_before, outcome.position)
+    assert [event_id for _, event_id in rows] == [e.event_id for e in fresh]
+
+
+def test_sqlite_stores_a_batch_in_a_few_statements_not_one_per_row(db: Database) -> None:
+    """The driver lets other threads run during each statement, and taking the
+    interpreter back costs up to a switch interval while another thread computes: a
+    batch of 500 is stored in a handful of statements, whatever its size."""
+    if not _is_sqlite(db):
+        pytest.skip("PostgreSQL inserts a batch in one statement")
+    statements: list[str] = []
+    with db.begin() as conn:
+        driver = conn.connection.driver_connection
+        assert driver is not None
+        driver.set_trace_callback(statements.append)
+        try:
+            outcome = store_events(conn, _labelled(500))
+        finally:
+            driver.set_trace_callback(None)
+    assert outcome.accepted == 500
+    inserts = [sql for sql in statements if sql.lstrip().upper().startswith("INSERT")]
+    assert 1 <= len(inserts) <= 8
+    assert len(statements) <= 12
+
+
 def test_concurrent_writers_store_each_event_once_and_ids_become_visible_in_order(
     db: Database,
 ) -> None:
