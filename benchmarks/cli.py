@@ -107,8 +107,8 @@ def bench(
         str,
         typer.Argument(
             help=(
-                "Benchmark: prequential, stages, drift, ingest, sync, memory, serve, cluster, "
-                "configurator, policies, generator, gpu, soak or archive."
+                "Benchmark: prequential, stages, store, drift, ingest, sync, memory, serve, "
+                "cluster, configurator, policies, generator, gpu, soak or archive."
             )
         ),
     ],

@@ -15,12 +15,14 @@ from benchmarks.bench.prequential import run_prequential
 from benchmarks.bench.serve import run_serve
 from benchmarks.bench.soak import run_soak
 from benchmarks.bench.stages import run_stages
+from benchmarks.bench.store import run_store
 from benchmarks.bench.sync import run_sync
 from benchmarks.streams.compare import run_generator
 
 BENCHMARKS: dict[str, Callable[..., dict[str, Any]]] = {
     "prequential": run_prequential,
     "stages": run_stages,
+    "store": run_store,
     "ingest": run_ingest,
     "sync": run_sync,
     "memory": run_memory,
