@@ -51,6 +51,7 @@ from service.store import Database
 from service.store.eventlog import EventLog
 from service.store.events import IngestOutcome, NewEvent, log_after, max_event_id
 from service.store.retention import Archiver, RetentionOptions
+from service.stream.coalescing import CoalescingIngest
 from service.stream.feed_relay import StoredFeedRelay
 from service.stream.learner import Learner
 from service.stream.monitor import RaisedAlert, StreamMonitor
@@ -59,7 +60,7 @@ from service.stream.requests import RetrainRequests
 from service.stream.snapshot import SnapshotStore, SnapshotWriter, restore_from_snapshot
 from service.stream.trigger import RetrainTrigger
 from service.stream.warmup import start_warm_up
-from service.stream.writer import EventWriter
+from service.stream.writer import EventWriter, StoreFailed
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +113,9 @@ class Driftline:
     kernels_ready: threading.Event = field(default_factory=threading.Event)
     #: Runs published versions in shadow and decides their promotion (``GUARD_ENABLED``).
     guard: RolloutGuard | None = None
+    #: ``ingest`` for concurrent callers (``POST /ingest``): batches queued while one is
+    #: stored and learnt go together (``service.stream.coalescing``); set by ``assemble``.
+    coalescing: CoalescingIngest | None = None
 
     # -- the ingest path ----------------------------------------------------------------
     def ingest(
@@ -129,15 +133,35 @@ class Driftline:
         they ride along with the next batch's transaction. ``also_write`` runs inside
         the batch's transaction (the Kafka consumer records its offsets).
         """
+        try:
+            return self.ingest_all([batch], also_write)[0]
+        except StoreFailed as failed:
+            raise failed.__cause__ or failed from None
+
+    def ingest_all(
+        self,
+        batches: Sequence[Sequence[NewEvent]],
+        also_write: Callable[[Connection], None] | None = None,
+    ) -> list[IngestOutcome]:
+        """``ingest`` of several batches: stored in one transaction, in order, and learnt
+        as one batch; one outcome each (``EventWriter.store_all``).
+
+        Raises ``StoreFailed`` when the transaction failed (nothing was stored), and
+        whatever learning raised once the batches were stored.
+        """
+        if not batches:
+            return []
         writes = [w for w in (also_write, self.monitor.write_unsaved) if w is not None]
         with self.learner.lock:
-            outcome = self.writer.store(batch, *writes)
+            outcomes = self.writer.store_all(batches, *writes)
             self.monitor.mark_saved()
-            alerts = self._apply_log(up_to=outcome.log_before)
-            alerts += self._learn(outcome.stored, outcome.position)
-        self.writer.count(outcome)
+            alerts = self._apply_log(up_to=outcomes[0].log_before)
+            stored = [event for outcome in outcomes for event in outcome.stored]
+            alerts += self._learn(stored, outcomes[-1].position)
+        for outcome in outcomes:
+            self.writer.count(outcome)
         self._after_learning(alerts)
-        return outcome
+        return outcomes
 
     def catch_up(self) -> int:
         """Apply the events other replicas stored since this one last looked (the log
@@ -457,6 +481,7 @@ def assemble(
         guard=guard,
     )
     driftline.tail.catch_up = driftline.catch_up
+    driftline.coalescing = CoalescingIngest(driftline.ingest_all, settings.ingest_coalesce_events)
     leadership.on_elected.append(driftline._take_lead)
     leadership.on_deposed.append(driftline._stand_by)
     return driftline

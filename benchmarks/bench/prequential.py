@@ -104,7 +104,7 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
         pipeline = build_driftline(settings, background_retrain=False)
         pipeline.kernels_ready.wait()  # loaded at start, as a server does
         store = StageClock()
-        store.wrap("store", pipeline.writer, "store")
+        store.wrap("store", pipeline.writer, "store_all")
         # What the registry follower does in a server (load each published version, swap
         # to it or start its shadow), done inline here after a job.
         store.wrap("publication", pipeline, "_serve_inline_publication")

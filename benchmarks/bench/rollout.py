@@ -203,7 +203,7 @@ class _ThreadClock:
 
     def __init__(self, pipeline: Driftline) -> None:
         self.seconds = 0.0
-        store = pipeline.writer.store
+        store = pipeline.writer.store_all
 
         def timed(*args: Any, **kwargs: Any) -> Any:
             began = time.thread_time()
@@ -212,7 +212,7 @@ class _ThreadClock:
             finally:
                 self.seconds += time.thread_time() - began
 
-        pipeline.writer.store = timed  # type: ignore[method-assign]
+        pipeline.writer.store_all = timed  # type: ignore[method-assign]
 
 
 def _shadow_pipeline(data_dir: Path) -> Driftline:

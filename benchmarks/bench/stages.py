@@ -7,7 +7,7 @@ times each stage where it is called, per batch (no profiler in the way: a timer 
 stage and batch), on a served version with retraining held off, so the figures are the
 steady path between jobs:
 
-* ``store``: the batch's transaction (``EventWriter.store``);
+* ``store``: the batch's transaction (``EventWriter.store_all``);
 * ``fold_in``: predict then learn (``ServingModel.predict_then_learn_vectors``);
 * ``ranking``: the ranking sample and the rated-items history (``PrequentialRanking.rank``);
 * ``static_track``: the never-retrained model's predictions;
@@ -64,7 +64,7 @@ MONITOR_PARTS = (
 
 def _instrument(pipeline: Driftline, clock: StageClock) -> None:
     learner = pipeline.learner
-    clock.wrap("store", pipeline.writer, "store")
+    clock.wrap("store", pipeline.writer, "store_all")
     clock.wrap("fold_in", learner.serving, "predict_then_learn_vectors")
     clock.wrap("ranking", learner.ranking, "rank")
     clock.wrap("static_track", learner, "_static_predict")

@@ -134,7 +134,7 @@ def run_store(
         pipeline.retrain_now("bench")
         pipeline.trigger.enabled = False  # retrains only where a stretch runs them
         clock = StageClock()
-        clock.wrap("store", pipeline.writer, "store")
+        clock.wrap("store", pipeline.writer, "store_all")
         first = warm
         for insert, condition in LEGS:
             with _inserting_with(insert), _beside_retrain(pipeline, condition):

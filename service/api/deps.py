@@ -25,7 +25,8 @@ from service.store import Database
 from service.store.events import IngestOutcome, NewEvent
 from service.stream.trigger import RetrainTrigger
 
-#: Stores a batch and passes it along the stream (``Driftline.ingest``).
+#: Stores a batch and passes it along the stream (``Driftline.ingest``, through
+#: ``Driftline.coalescing`` where requests arrive together).
 IngestPath = Callable[[Sequence[NewEvent]], IngestOutcome]
 
 
@@ -42,7 +43,8 @@ async def get_metrics(request: Request) -> Metrics:
 
 
 async def get_ingest(request: Request) -> IngestPath:
-    return request.app.state.driftline.ingest
+    driftline = request.app.state.driftline
+    return driftline.coalescing or driftline.ingest
 
 
 async def get_recommender(request: Request) -> Recommender:

@@ -22,6 +22,15 @@ class StreamSettings(BaseModel):
     max_batch_events: int = Field(
         10_000, ge=1, description="Most events one POST /ingest may carry."
     )
+    ingest_coalesce_events: int = Field(
+        2_000,
+        ge=0,
+        description=(
+            "Most events of POST /ingest batches waiting at once that are stored in one "
+            "transaction and learnt as one batch (each request still gets its own "
+            "answer); 0 or 1 stores every batch alone."
+        ),
+    )
     max_body_bytes: int = Field(
         8 * 1024 * 1024, ge=1024, description="Largest POST /ingest body accepted, in bytes."
     )

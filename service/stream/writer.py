@@ -21,6 +21,10 @@ from service.store.events import IngestOutcome, NewEvent, store_events
 AlsoWrite = Callable[[Connection], None]
 
 
+class StoreFailed(Exception):
+    """A transaction of batches failed, so none of them was stored (the cause is chained)."""
+
+
 class EventWriter:
     """Durable, deduplicated writes of event batches."""
 
@@ -28,13 +32,28 @@ class EventWriter:
         self.db = db
         self.metrics = metrics
 
-    def store(self, batch: Sequence[NewEvent], *also_write: AlsoWrite) -> IngestOutcome:
-        """Store ``batch`` and run each of ``also_write`` in one transaction."""
-        with self.db.begin() as conn:
-            outcome = store_events(conn, batch)
-            for write in also_write:
-                write(conn)
-        return outcome
+    def store_all(
+        self, batches: Sequence[Sequence[NewEvent]], *also_write: AlsoWrite
+    ) -> list[IngestOutcome]:
+        """Store ``batches`` in order and run each of ``also_write``, in one transaction.
+
+        Each outcome is what its batch would have done stored alone right after the
+        ones before it: a repeat of an earlier batch's event counts as a duplicate,
+        and its ids follow theirs.
+
+        Raises
+        ------
+        StoreFailed
+            When the transaction failed; nothing of it was stored (the error is chained).
+        """
+        try:
+            with self.db.begin() as conn:
+                outcomes = [store_events(conn, batch) for batch in batches]
+                for write in also_write:
+                    write(conn)
+        except Exception as exc:
+            raise StoreFailed(f"{len(batches)} batch(es) not stored: {exc}") from exc
+        return outcomes
 
     def count(self, outcome: IngestOutcome) -> None:
         """Count what a committed batch accepted and what it found already stored."""
