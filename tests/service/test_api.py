@@ -18,6 +18,7 @@ from sqlalchemy.exc import IntegrityError, InterfaceError, OperationalError
 
 from service.app import create_app
 from service.settings import Settings
+from service.stream.writer import StoreFailed
 
 
 def _event(i: int, **overrides: object) -> dict:
@@ -246,18 +247,20 @@ def test_ops_endpoints_answer(client: TestClient) -> None:
     assert "<h1>Overview</h1>" in client.get("/dashboard").text
 
 
-def _failing_ingest(error: Exception):  # type: ignore[no-untyped-def]
-    def ingest(*_args: object, **_kwargs: object) -> None:
-        raise error
+def _failing_store(error: Exception):  # type: ignore[no-untyped-def]
+    """The writer's ``store_all`` when its transaction fails with ``error``."""
 
-    return ingest
+    def store_all(*_args: object, **_kwargs: object) -> None:
+        raise StoreFailed("not stored") from error
+
+    return store_all
 
 
 def test_an_unreachable_database_is_a_503_that_names_it(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     lost = OperationalError("INSERT INTO events", None, ConnectionRefusedError("refused"))
-    monkeypatch.setattr(client.app.state.driftline, "ingest", _failing_ingest(lost))
+    monkeypatch.setattr(client.app.state.driftline.writer, "store_all", _failing_store(lost))
     response = client.post("/ingest", json={"events": [_event(0)]})
     assert response.status_code == 503
     detail = response.json()["detail"]
@@ -269,7 +272,7 @@ def test_a_closed_connection_is_a_503_too(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     closed = InterfaceError("SELECT 1", None, Exception("the connection is closed"))
-    monkeypatch.setattr(client.app.state.driftline, "ingest", _failing_ingest(closed))
+    monkeypatch.setattr(client.app.state.driftline.writer, "store_all", _failing_store(closed))
     assert client.post("/ingest", json={"events": [_event(0)]}).status_code == 503
 
 
@@ -277,7 +280,7 @@ def test_a_database_error_that_is_not_an_outage_is_not_a_503(
     client: TestClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     bug = IntegrityError("INSERT INTO events", None, Exception("NOT NULL constraint failed"))
-    monkeypatch.setattr(client.app.state.driftline, "ingest", _failing_ingest(bug))
+    monkeypatch.setattr(client.app.state.driftline.writer, "store_all", _failing_store(bug))
     with pytest.raises(IntegrityError):  # the test client re-raises what became a 500
         client.post("/ingest", json={"events": [_event(0)]})
 

@@ -12,6 +12,7 @@ from sqlalchemy.exc import OperationalError
 
 from service.app import create_app
 from service.settings import Settings
+from service.stream.writer import StoreFailed
 
 JSON = {"content-type": "application/json"}
 
@@ -175,7 +176,7 @@ def test_refusals_and_request_latency_reach_the_metrics(
     client.post("/ingest", json={"events": [{"user_id": "u"}]})
     client.post("/ingest", json={"events": [{"user_id": "u", "item_id": "i"}] * (limit + 1)})
     lost = OperationalError("INSERT INTO events", None, ConnectionRefusedError("refused"))
-    monkeypatch.setattr(client.app.state.driftline, "ingest", _raising(lost))
+    monkeypatch.setattr(client.app.state.driftline.writer, "store_all", _failing_store(lost))
     assert (
         client.post("/ingest", json={"events": [{"user_id": "u", "item_id": "i"}]}).status_code
         == 503
@@ -206,11 +207,13 @@ def test_an_unknown_path_is_timed_as_unmatched(client: TestClient) -> None:
     assert "/no/such/path" not in text
 
 
-def _raising(exc: Exception) -> Callable[..., object]:
-    def ingest(*args: object, **kwargs: object) -> object:
-        raise exc
+def _failing_store(exc: Exception) -> Callable[..., object]:
+    """The writer's ``store_all`` when its transaction fails with ``exc``."""
 
-    return ingest
+    def store_all(*args: object, **kwargs: object) -> object:
+        raise StoreFailed("not stored") from exc
+
+    return store_all
 
 
 def test_the_schema_documents_ingest_and_every_answer(client: TestClient) -> None:
