@@ -21,6 +21,12 @@ class Metrics:
         self.events_duplicate = Counter(
             "driftline_events_duplicate", "Events skipped as already stored.", registry=r
         )
+        self.ingest_group_batches = Histogram(
+            "driftline_ingest_group_batches",
+            "POST /ingest batches stored in one transaction and learnt together.",
+            buckets=(1, 2, 4, 8, 16, 32, 64),
+            registry=r,
+        )
         self.ingest_rejected = Counter(
             "driftline_ingest_rejected", "Ingest requests refused.", ["reason"], registry=r
         )

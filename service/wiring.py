@@ -481,7 +481,11 @@ def assemble(
         guard=guard,
     )
     driftline.tail.catch_up = driftline.catch_up
-    driftline.coalescing = CoalescingIngest(driftline.ingest_all, settings.ingest_coalesce_events)
+    driftline.coalescing = CoalescingIngest(
+        driftline.ingest_all,
+        settings.ingest_coalesce_events,
+        observe=metrics.ingest_group_batches.observe,
+    )
     leadership.on_elected.append(driftline._take_lead)
     leadership.on_deposed.append(driftline._stand_by)
     return driftline

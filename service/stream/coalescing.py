@@ -54,15 +54,20 @@ class CoalescingIngest:
     max_events
         Most events taken together; a batch larger than it goes alone. 0 or 1: every
         batch alone.
+    observe
+        Told the number of batches of each group (``driftline_ingest_group_batches``).
     """
 
-    def __init__(self, ingest_all: IngestAll, max_events: int) -> None:
+    def __init__(
+        self, ingest_all: IngestAll, max_events: int, observe: Callable[[int], None] | None = None
+    ) -> None:
         self._ingest_all = ingest_all
         self.max_events = max_events
+        self._observe = observe
         self._queue: deque[_Request] = deque()
         self._queue_lock = threading.Lock()
         self._turn = threading.Lock()
-        #: Groups stored and the batches they held, for ``driftline_ingest_coalesced``.
+        #: Groups taken and the batches they held.
         self.groups = 0
         self.batches = 0
 
@@ -99,6 +104,8 @@ class CoalescingIngest:
         """Store and learn ``group`` together; alone, each, if the group's store fails."""
         self.groups += 1
         self.batches += len(group)
+        if self._observe is not None:
+            self._observe(len(group))
         if len(group) > 1:
             try:
                 outcomes = self._ingest_all([request.events for request in group])

@@ -106,6 +106,12 @@ def test_queued_batches_are_stored_together_each_answered_as_if_alone(
     coalescing = pipeline.coalescing
     assert coalescing is not None
     assert (coalescing.groups, coalescing.batches) == (2, 4)  # the first alone, then three
+    groups = pipeline.metrics.ingest_group_batches.collect()[0].samples
+    counted = {s.name: s.value for s in groups if s.name.endswith(("_count", "_sum"))}
+    assert counted == {
+        "driftline_ingest_group_batches_count": 2.0,
+        "driftline_ingest_group_batches_sum": 4.0,
+    }
     outcomes = [answer for answer in answers if isinstance(answer, IngestOutcome)]
     assert len(outcomes) == 4
     # Each answer holds its own events, those it repeated counted as duplicates.
