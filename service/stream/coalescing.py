@@ -11,7 +11,9 @@ MovieLens a learning path fed 2,000 events at a time costs about 60 % of one fed
 Each request keeps its own answer: the events it stored and the ones it repeated, in
 its own order, as if it had been stored alone right after the requests before it
 (``Driftline.ingest_all``). A group whose transaction fails commits nothing, and its
-requests are then stored one by one, so one request's failure is never another's.
+requests are then stored one by one, so one request's bad batch is never another's
+failure; when the database is unreachable, every caller gets that error at once, as it
+would alone (a retry could store twice what a commit lost with its connection stored).
 
 Ownership: ``_queue`` belongs to ``_queue_lock``; a request's answer is written by the
 thread that holds ``_turn`` when it takes the request, and read by the request's own
@@ -26,6 +28,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from service.store.database import is_unavailable
 from service.store.events import IngestOutcome, NewEvent
 from service.stream.writer import StoreFailed
 
@@ -110,6 +113,12 @@ class CoalescingIngest:
             try:
                 outcomes = self._ingest_all([request.events for request in group])
             except StoreFailed as failed:
+                if is_unavailable(failed.__cause__ or failed):
+                    # An outage fails every batch alike, and a commit lost with the
+                    # connection may have landed: answer each caller with it, as alone.
+                    for request in group:
+                        request.error, request.done = failed.__cause__ or failed, True
+                    return
                 log.warning(
                     "a group of %d batches was not stored (%s); storing each alone",
                     len(group),

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from service.store.events import IngestOutcome, NewEvent, count_events, max_event_id
+from service.stream.writer import StoreFailed
 from service.wiring import Driftline
 from tests.support.pipelines import pipeline_factory, small_settings
 
@@ -205,3 +206,23 @@ def test_many_concurrent_callers_store_every_event_exactly_once(
     assert sum(a.accepted + a.duplicates for a in answers) == 16 * 8 * 25
     assert pipeline.learner.labelled_seen == len(ids)
     assert coalescing.batches == 128 and coalescing.groups <= 128
+
+
+def test_an_outage_fails_every_caller_of_the_group_without_storing_again(
+    make: Callable[..., Driftline], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A commit lost with its connection may have landed: the group is not retried
+    batch by batch (its id-less events could be stored twice); each caller gets the
+    outage, as it would alone, and may retry."""
+    pipeline = make()
+    lost = OperationalError("INSERT INTO events", None, ConnectionRefusedError("refused"))
+    calls: list[int] = []
+
+    def store_all(batches: Any, *_writes: Any) -> Any:
+        calls.append(len(batches))
+        raise StoreFailed("not stored") from lost
+
+    monkeypatch.setattr(pipeline.writer, "store_all", store_all)
+    answers = _ingest_while_held(pipeline, [_batch("a", 5), _batch("b", 5), _batch("c", 5)])
+    assert all(answer is lost for answer in answers)
+    assert calls == [1, 2]  # the first alone, then the other two once, together
