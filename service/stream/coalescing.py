@@ -109,34 +109,45 @@ class CoalescingIngest:
         self.batches += len(group)
         if self._observe is not None:
             self._observe(len(group))
-        if len(group) > 1:
-            try:
-                outcomes = self._ingest_all([request.events for request in group])
-            except StoreFailed as failed:
-                if is_unavailable(failed.__cause__ or failed):
-                    # An outage fails every batch alike, and a commit lost with the
-                    # connection may have landed: answer each caller with it, as alone.
-                    for request in group:
-                        request.error, request.done = failed.__cause__ or failed, True
-                    return
+        if len(group) > 1 and self._together(group):
+            return
+        for request in group:
+            self._alone(request)
+
+    def _together(self, group: list[_Request]) -> bool:
+        """Answer every request of ``group`` from one ``ingest_all``; False, answering
+        none, when the transaction failed for a reason of one batch's own."""
+        try:
+            outcomes = self._ingest_all([request.events for request in group])
+        except StoreFailed as failed:
+            cause = failed.__cause__ or failed
+            if not is_unavailable(cause):
                 log.warning(
                     "a group of %d batches was not stored (%s); storing each alone",
                     len(group),
-                    failed.__cause__,
+                    cause,
                 )
-            except BaseException as exc:  # stored, then learning failed: tell every caller
-                for request in group:
-                    request.error, request.done = exc, True
-                return
-            else:
-                for request, outcome in zip(group, outcomes, strict=True):
-                    request.outcome, request.done = outcome, True
-                return
+                return False
+            # An outage fails every batch alike, and a commit lost with the connection
+            # may have landed: answer each caller with it, as alone.
+            self._answer(group, error=cause)
+        except BaseException as exc:  # stored, then learning failed: tell every caller
+            self._answer(group, error=exc)
+        else:
+            for request, outcome in zip(group, outcomes, strict=True):
+                request.outcome, request.done = outcome, True
+        return True
+
+    def _alone(self, request: _Request) -> None:
+        try:
+            request.outcome = self._ingest_all([request.events])[0]
+        except StoreFailed as failed:
+            request.error = failed.__cause__ or failed
+        except BaseException as exc:
+            request.error = exc
+        request.done = True
+
+    @staticmethod
+    def _answer(group: list[_Request], *, error: BaseException) -> None:
         for request in group:
-            try:
-                request.outcome = self._ingest_all([request.events])[0]
-            except StoreFailed as failed:
-                request.error = failed.__cause__ or failed
-            except BaseException as exc:
-                request.error = exc
-            request.done = True
+            request.error, request.done = error, True
