@@ -73,9 +73,9 @@ def _ingest_while_held(
     with pipeline.learner.lock:
         threads[0].start()
         _queued(pipeline, 0)  # the first has taken its turn and waits for the learner
-        for thread in threads[1:]:
+        for waiting, thread in enumerate(threads[1:], start=1):
             thread.start()
-        _queued(pipeline, len(batches) - 1)
+            _queued(pipeline, waiting)  # queued in batch order
     for thread in threads:
         thread.join(timeout=60)
     assert all(answer is not None for answer in answers)
