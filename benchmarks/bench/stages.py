@@ -35,6 +35,7 @@ from typing import Any
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.bench.prequential import _batch, _replay
+from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
 from service.settings import Settings
@@ -78,24 +79,32 @@ def _instrument(pipeline: Driftline, clock: StageClock) -> None:
         clock.wrap(f"monitor.{part}", monitor if owner is None else getattr(monitor, owner), method)
 
 
+def steady_pipeline(stream: RatingStream, data_dir: Path, warm: int, batch_size: int) -> Driftline:
+    """An in-process pipeline in ``data_dir`` that has ingested and trained on the first
+    ``warm`` events of ``stream``, its trigger then held off: the steady path between
+    jobs, which only the retrains a benchmark starts itself interrupt."""
+    settings = Settings(
+        data_dir=data_dir,
+        retrain_runtime="inprocess",
+        bootstrap_events=len(stream) + 1,
+        refresh_events=None,
+    )
+    pipeline = build_driftline(settings, background_retrain=False)
+    pipeline.kernels_ready.wait()  # loaded at start, as a server does
+    for start in range(0, warm, batch_size):
+        pipeline.ingest(_batch(stream, start, min(warm, start + batch_size)))
+    pipeline.retrain_now("bench")
+    pipeline.trigger.enabled = False
+    return pipeline
+
+
 def run_stages(
     dataset: Path | None = None, limit: int | None = None, batch_size: int = 500
 ) -> dict[str, Any]:
     stream, found = open_ratings(dataset, limit=limit)
     warm = int(len(stream) * WARM_SHARE)
     with tempfile.TemporaryDirectory(prefix="driftline-bench-stages-") as tmp:
-        settings = Settings(
-            data_dir=Path(tmp),
-            retrain_runtime="inprocess",
-            bootstrap_events=len(stream) + 1,
-            refresh_events=None,
-        )
-        pipeline = build_driftline(settings, background_retrain=False)
-        pipeline.kernels_ready.wait()  # loaded at start, as a server does
-        for start in range(0, warm, batch_size):
-            pipeline.ingest(_batch(stream, start, min(warm, start + batch_size)))
-        pipeline.retrain_now("bench")
-        pipeline.trigger.enabled = False  # the steady path between jobs
+        pipeline = steady_pipeline(stream, Path(tmp), warm, batch_size)
         clock = StageClock()
         _instrument(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)

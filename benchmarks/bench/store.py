@@ -30,10 +30,10 @@ from sqlalchemy import Connection
 
 import service.store.events as event_store
 from benchmarks.bench.prequential import _batch
+from benchmarks.bench.stages import steady_pipeline
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
-from service.settings import Settings
-from service.wiring import Driftline, build_driftline
+from service.wiring import Driftline
 
 #: The share of the stream ingested, and trained on, before the timed stretches.
 WARM_SHARE = 0.2
@@ -117,22 +117,11 @@ def run_store(
         "events_per_stretch": leg_events,
     }
     with tempfile.TemporaryDirectory(prefix="driftline-bench-store-") as tmp:
-        settings = Settings(
-            data_dir=Path(tmp),
-            retrain_runtime="inprocess",
-            bootstrap_events=len(stream) + 1,
-            refresh_events=None,
-        )
-        pipeline = build_driftline(settings, background_retrain=False)
-        pipeline.kernels_ready.wait()
+        pipeline = steady_pipeline(stream, Path(tmp), warm, batch_size)
 
         def ingest(start: int, stop: int) -> None:
             pipeline.ingest(_batch(stream, start, stop))
 
-        for start in range(0, warm, batch_size):
-            ingest(start, min(warm, start + batch_size))
-        pipeline.retrain_now("bench")
-        pipeline.trigger.enabled = False  # retrains only where a stretch runs them
         clock = StageClock()
         clock.wrap("store", pipeline.writer, "store_all")
         first = warm

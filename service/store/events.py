@@ -224,10 +224,9 @@ def _sqlite_insert_rows(conn: Connection, rows: list[tuple]) -> tuple[int, int]:
     the rowid of the last row the last statement stored.
 
     Few statements, not one per row: the driver lets other threads run during each
-    statement it steps, and a thread that must take the interpreter back while another
-    computes (a retrain, the serving index's build, a request) waits up to its switch
-    interval. ``executemany`` paid that once per row, and a 500-event batch took two to
-    three times as long beside a retrain in the same process (BENCHMARKS.md "store").
+    statement it steps, and taking the interpreter back while another thread computes
+    (a retrain, the serving index's build, a request) waits up to the switch interval,
+    so the number of statements, not of rows, sets that wait (``docs/decisions/0007``).
     """
     stored, last_id, start = 0, 0, 0
     for size in _sqlite_chunks(len(rows)):

@@ -4,9 +4,8 @@ Most of what a batch costs on the ingest path is paid per batch, not per event: 
 store's fsync, the monitor's commit, and a few dozen array passes of the learning path
 whose set-up costs as much as a few hundred events' work. While one batch is stored and
 learnt, the requests that arrive queue behind it anyway (one writer owns the learner);
-taking them together when their turn comes pays those costs once for all of them. On
-MovieLens a learning path fed 2,000 events at a time costs about 60 % of one fed 500
-(BENCHMARKS.md "ingest").
+taking them together when their turn comes pays those costs once for all of them
+(``docs/decisions/0007``).
 
 Each request keeps its own answer: the events it stored and the ones it repeated, in
 its own order, as if it had been stored alone right after the requests before it

@@ -7,17 +7,11 @@ from pathlib import Path
 import pytest
 
 from benchmarks.bench.stages import STAGES, run_stages
-from tests.support.synthetic import stationary_stream
+from tests.support.synthetic import stationary_stream, write_ratings_tsv
 
 
 def test_the_stages_add_up_to_the_path_and_river_is_beside_them(tmp_path: Path) -> None:
-    rows = stationary_stream(n_events=4_000, seed=3)
-    dataset = tmp_path / "ratings.tsv"
-    dataset.write_text(
-        "".join(
-            f"{e['user_id']}\t{e['item_id']}\t{e['rating']}\t{int(e['timestamp'])}\n" for e in rows
-        )
-    )
+    dataset = write_ratings_tsv(tmp_path / "ratings.tsv", stationary_stream(n_events=4_000, seed=3))
     figures = run_stages(dataset=dataset)
     assert figures["events_timed"] == 3_200  # after the warm-up share
     stages = [figures[f"{stage}_us_per_event"] for stage in (*STAGES, "other")]

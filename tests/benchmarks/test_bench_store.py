@@ -8,17 +8,11 @@ import pytest
 
 import service.store.events as event_store
 from benchmarks.bench.store import LEGS, run_store
-from tests.support.synthetic import stationary_stream
+from tests.support.synthetic import stationary_stream, write_ratings_tsv
 
 
 def test_each_insert_is_timed_quiet_and_beside_a_retrain(tmp_path: Path) -> None:
-    rows = stationary_stream(n_events=4_000, seed=5)
-    dataset = tmp_path / "ratings.tsv"
-    dataset.write_text(
-        "".join(
-            f"{e['user_id']}\t{e['item_id']}\t{e['rating']}\t{int(e['timestamp'])}\n" for e in rows
-        )
-    )
+    dataset = write_ratings_tsv(tmp_path / "ratings.tsv", stationary_stream(n_events=4_000, seed=5))
     kept = event_store._sqlite_insert_rows
     figures = run_store(dataset=dataset)
     assert event_store._sqlite_insert_rows is kept  # the baseline was swapped back

@@ -14,12 +14,13 @@ after the drift point and never before".
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
 from service.store.events import NewEvent
 
-__all__ = ["ItemMeanBaseline", "planted_drift_stream", "stationary_stream"]
+__all__ = ["ItemMeanBaseline", "planted_drift_stream", "stationary_stream", "write_ratings_tsv"]
 
 GLOBAL_MEAN = 3.5
 USER_BIAS_SD = 0.3
@@ -200,3 +201,15 @@ class ItemMeanBaseline:
         return np.array(
             [self.item_means.get(e["item_id"], self.global_mean) for e in events], dtype=float
         )
+
+
+def write_ratings_tsv(path: Path, stream: list[dict]) -> Path:
+    """``stream`` as a MovieLens-style ratings file (user, item, rating, whole-second
+    timestamp, tab-separated), for the benchmarks that replay a file; returns ``path``."""
+    path.write_text(
+        "".join(
+            f"{e['user_id']}\t{e['item_id']}\t{e['rating']}\t{int(e['timestamp'])}\n"
+            for e in stream
+        )
+    )
+    return path
