@@ -25,11 +25,12 @@ an immutable ranking (a tuple swapped whole); readers take it without a lock.
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Container, Sequence
+from typing import NamedTuple
 
 import numpy as np
 from numba import njit
+from sortedcontainers import SortedList
 
 from functions.ids import distinct, look_up
 
@@ -43,9 +44,6 @@ _ITEM_MASK = (1 << _ITEM_BITS) - 1
 
 #: Slack, in ids, above twice a window before the codes are re-made.
 _SLACK = 64
-
-#: New ids sorted into the item order one by one up to this many, merged above it.
-_INSERTED = 64
 
 
 class _Codes:
@@ -99,27 +97,27 @@ class _ItemCodes(_Codes):
 
     def __init__(self) -> None:
         super().__init__()
-        self.sorted: list[str] = []
+        #: The ids in order, kept sorted as they arrive: a batch's few new ids each cost
+        #: a bisection, not a pass over the catalogue.
+        self.sorted: SortedList = SortedList()
         self.by_id = np.empty(0, dtype=np.int64)
 
     def _append(self, new: list[str]) -> None:
         super()._append(new)
         fresh = sorted(new)
-        old = self.sorted
-        places = [bisect_left(old, name) for name in fresh]  # among the old ids
+        places = [self.sorted.bisect_left(name) for name in fresh]  # among the old ids
         self.by_id = np.insert(self.by_id, places, [self.index[name] for name in fresh])
-        if len(fresh) > _INSERTED:  # many at once (a window loaded whole): one merge
-            self.sorted = sorted(old + fresh)
-            return
-        # One pass of slices, where inserting each name moved the list's tail each time.
-        merged: list[str] = []
-        start = 0
-        for place, name in zip(places, fresh, strict=True):
-            merged += old[start:place]
-            merged.append(name)
-            start = place
-        merged += old[start:]
-        self.sorted = merged
+        self.sorted.update(fresh)
+
+
+class _Ranking(NamedTuple):
+    """A published ranking: the best items' codes and distinct users ``(r,)``, the
+    window's distinct (user, item) pairs, and the array of names the codes index."""
+
+    codes: np.ndarray
+    users: np.ndarray
+    pairs: int
+    objects: np.ndarray
 
 
 class _Window:
@@ -164,14 +162,15 @@ class _Window:
         _slide(self.ring, state, arrived, self.table, self.counts, self.distinct)
         self.start, self.size, self.pairs = state.tolist()
 
-    def top(self, ranked: int) -> tuple[np.ndarray, np.ndarray]:
-        """The best ``ranked`` items and their distinct users, best first, ties by id:
-        fresh read-only arrays (object and int64), published as they are."""
-        items = self.items
-        best = _best(self.distinct, items.by_id, ranked)
-        names, users = items.objects[best], self.distinct[best]
-        names.flags.writeable = users.flags.writeable = False
-        return names, users
+    def top(self, ranked: int) -> _Ranking:
+        """The best ``ranked`` items (codes) and their distinct users, best first, ties
+        by id, as fresh read-only arrays, with the names their codes index: a code's
+        slot in ``objects`` never changes once written (new ids take new slots, and a
+        larger array replaces it), so a reader maps codes to names when it reads."""
+        best = _best(self.distinct, self.items.by_id, ranked)
+        users = self.distinct[best]
+        best.flags.writeable = users.flags.writeable = False
+        return _Ranking(best, users, self.pairs, self.items.objects)
 
     def events(self) -> tuple[list[str], list[str]]:
         """The window's users and items, oldest first."""
@@ -316,30 +315,29 @@ class PopularItems:
         self.window = window
         self.ranked = ranked
         self._window = _Window(window)
-        #: The best ``ranked`` items, their distinct users and the window's distinct
-        #: (user, item) pairs, published together (read-only arrays, replaced whole: a
-        #: batch publishes without turning 2,000 entries into Python objects, a reader
-        #: converts the few it takes).
-        self._published: tuple[np.ndarray, np.ndarray, int] = (
-            np.empty(0, dtype=object),
-            np.empty(0, dtype=np.int64),
-            0,
+        #: The best ``ranked`` items with their distinct users and the window's
+        #: distinct (user, item) pairs, published together (replaced whole: a batch
+        #: publishes codes, a reader turns the few it takes into names).
+        self._published = _Ranking(
+            np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64), 0, np.empty(0, dtype=object)
         )
 
     @property
     def ranking(self) -> tuple[tuple[str, int], ...]:
         """(item, distinct users) best first, ties by item id."""
-        items, users, _ = self._published
-        return tuple(zip(items.tolist(), users.tolist(), strict=True))
+        published = self._published
+        names = published.objects[published.codes].tolist()
+        return tuple(zip(names, published.users.tolist(), strict=True))
 
     def top(self, k: int, exclude: Container[str] = ()) -> list[tuple[str, float]]:
         """The ``k`` best items not in ``exclude``, each scored by its share of the
         window's distinct (user, item) pairs (lock-free)."""
-        items, users, pairs = self._published
+        codes, users, pairs, objects = self._published
         chosen: list[tuple[str, float]] = []
-        for at, item in enumerate(items):
+        for at, code in enumerate(codes):  # lazily: most reads stop after a few
             if len(chosen) == k:
                 break
+            item = objects[code]
             if item not in exclude:
                 chosen.append((item, int(users[at]) / pairs))
         return chosen
@@ -365,7 +363,7 @@ class PopularItems:
         window.add(user_ids, item_ids)
         if window.wasteful():
             window = self._window = self._recoded(window)
-        self._published = (*window.top(self.ranked), window.pairs)
+        self._published = window.top(self.ranked)
 
     def export_state(self) -> dict[str, np.ndarray]:
         """The window's events, oldest first: the counts and the ranking follow from them."""
