@@ -260,7 +260,8 @@ class _Digests:
             new = list(dict.fromkeys(ids[j] for j in missing))
             if len(table.slot) + len(new) > _ID_CACHE_LIMIT:
                 table = self._table = _DigestTable()
-                return table.values[table.add(list(dict.fromkeys(ids)), ids)]
+                slots = table.add(list(dict.fromkeys(ids)), ids)  # may grow ``values``
+                return table.values[slots]
             slots[missing] = table.add(new, [ids[j] for j in missing])
         return table.values[slots]
 

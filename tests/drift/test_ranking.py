@@ -11,6 +11,7 @@ import sys
 import numpy as np
 import pytest
 
+from drift import ranking
 from drift.ranking import (
     NOT_RANKED,
     RankingSampler,
@@ -167,6 +168,23 @@ def test_the_sample_reads_an_integer_and_a_float_timestamp_alike() -> None:
     assert sample_point("u", "i", 964982703) != sample_point("u", "i", 964982704)
     assert sample_point("u", "i", None) != sample_point("u", "i", 0.0)
     assert not RankingSampler(1.0).includes("u", "i", 1.0, None)  # unlabelled
+
+
+def test_the_points_hold_when_the_kept_digests_start_afresh(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Past its limit the digest cache starts a new table; a batch with more new ids
+    than the new table's first allocation must still get every point."""
+    users, items, stamps, _ = _events(2_000)
+    expected = np.array([sample_point(*event) for event in zip(users, items, stamps, strict=True)])
+    monkeypatch.setattr(ranking, "_ID_CACHE_LIMIT", 300)
+    sampler = RankingSampler(fraction=0.37)
+    for start in range(0, 2_000, 500):  # every batch passes the limit of the table before
+        end = start + 500
+        np.testing.assert_array_equal(
+            sampler.points(users[start:end], items[start:end], stamps[start:end]),
+            expected[start:end],
+        )
 
 
 def test_an_event_is_in_the_sample_exactly_when_its_point_is_below_the_fraction() -> None:
