@@ -33,6 +33,7 @@ from service.alerting import Notifier, make_notifier
 from service.cluster.identity import default_replica_id
 from service.cluster.leadership import Leadership
 from service.cluster.logtail import LogTail
+from service.collector import tune_collector
 from service.livefeed import EventBuffer
 from service.metrics import Metrics
 from service.reads import StreamReads
@@ -326,6 +327,7 @@ def build_driftline(
     """Every component from ``settings`` for a process of ``role``, restored from what
     is stored."""
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    tune_collector(settings.gc_young_threshold)
     db = Database(settings.resolved_database_url)
     registry = ModelRegistry(db, open_object_store(settings.resolved_object_store_url))
     driftline = assemble(settings, db, registry, metrics or Metrics(), background_retrain, role)

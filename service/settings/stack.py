@@ -24,6 +24,16 @@ class StackSettings(BaseModel):
         None, description="Where model artifacts live; default: file:// under data_dir."
     )
     log_level: str = Field("info", description="debug, info, warning or error.")
+    gc_young_threshold: int = Field(
+        50_000,
+        ge=0,
+        description=(
+            "Net new container objects between collections of the garbage collector's "
+            "youngest generation (Python's default is 700, which on a stream of many "
+            "distinct users spends a third of the learning path collecting); 0 leaves "
+            "Python's setting."
+        ),
+    )
 
     # Kafka ingestion (off unless a bootstrap server is given).
     kafka_bootstrap: str | None = Field(None, description="HOST:PORT of a Kafka broker.")
