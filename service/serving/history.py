@@ -112,7 +112,10 @@ class RatedItems:
         with self._snapshot.mutate() as snapshot:
             for user, items in batch.items():
                 old = snapshot.get(user, _EMPTY)
-                fresh = [item for item in dict.fromkeys(items) if item not in old]
+                if len(items) == 1:  # most users of a batch from many users
+                    fresh = [] if items[0] in old else list(items)
+                else:
+                    fresh = [item for item in dict.fromkeys(items) if item not in old]
                 if fresh:
                     new = old.union(fresh)
                     if self.max_pairs is not None and len(new) > self.max_pairs:
@@ -124,9 +127,12 @@ class RatedItems:
                         pairs += len(new) - len(old)
                 recency[user] = None
                 recency.move_to_end(user)
+            held = len(recency)
             pairs = self._evict(snapshot, pairs)
             self._snapshot = snapshot.finish()
         self._pairs = pairs
+        if len(recency) == held:  # nobody evicted
+            return grown
         return {user: fresh for user, fresh in grown.items() if user in self._snapshot}
 
     def export_state(self) -> dict[str, np.ndarray]:

@@ -295,6 +295,10 @@ class CatalogueRanker:
             new = rows[start:end]
             encoded[user] = (now, np.concatenate([old, new[new >= 0]]))
 
+    def keeps(self, user: str) -> bool:
+        """Whether the user's history is kept encoded (``advance`` carries it forward)."""
+        return user in self._encoded
+
     def _batch_rows(self, model: BiasedMF, batch: BatchColumns) -> np.ndarray:
         """The version's row of each of the batch's items, -1 where unknown; encoded once
         a batch, for the exclusions and for the histories carried forward."""
@@ -461,7 +465,11 @@ class PrequentialRanking:
         self._pending = np.concatenate([self._pending, pending])
         grown = self.history.add_by_user(batch.by_user())
         after = self.history.snapshot
-        fresh_at = batch.first_positions(grown)
+        rankers = (self._serving, self._static, self._shadow)
+        # Only the histories a ranker keeps encoded are carried forward: on a stream of
+        # many users most of a batch's users have none.
+        kept = {user: items for user, items in grown.items() if any(r.keeps(user) for r in rankers)}
+        fresh_at = batch.first_positions(kept)
         self._serving.advance(snapshot, after, fresh_at, batch)
         self._static.advance(snapshot, after, fresh_at, batch)
         if shadow is not None:
