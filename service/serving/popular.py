@@ -42,7 +42,11 @@ RANKED = 2_000
 _ITEM_BITS = 32
 _ITEM_MASK = (1 << _ITEM_BITS) - 1
 
-#: Slack, in ids, above twice a window before the codes are re-made.
+#: Ids the codes may hold per event of the window before they are re-made from the
+#: window's events: re-making walks the whole window, so on a stream where most events
+#: bring new ids it must be rare (at twice the window it ran every third batch of 2,000).
+_CODES_PER_EVENT = 8
+#: Slack, in ids, above that before the codes are re-made.
 _SLACK = 64
 
 
@@ -180,9 +184,10 @@ class _Window:
         return users, items
 
     def wasteful(self) -> bool:
-        """Whether the codes hold more than twice a window of ids: ids that left the
-        window keep their codes until the window is re-coded from its events."""
-        limit = 2 * len(self.ring) + _SLACK
+        """Whether the codes hold more than ``_CODES_PER_EVENT`` ids per event of the
+        window: ids that left the window keep their codes until the window is re-coded
+        from its events."""
+        limit = _CODES_PER_EVENT * len(self.ring) + _SLACK
         return len(self.users.names) > limit or len(self.items.names) > limit
 
 
