@@ -84,9 +84,22 @@ def sample_point(user_id: str, item_id: str, timestamp: float | None) -> float:
     return float(mixed[0]) / _HASH_SCALE
 
 
+#: The digest's keyed, empty state: copying it is cheaper than a new one with its options.
+_DIGEST = hashlib.blake2b(digest_size=8, person=_HASH_PERSON)
+
+
 def _id_digest(key: str) -> int:
-    digest = hashlib.blake2b(key.encode(), digest_size=8, person=_HASH_PERSON).digest()
-    return int.from_bytes(digest, "big")
+    return int(_id_digests([key])[0])
+
+
+def _id_digests(keys: Sequence[str]) -> np.ndarray:
+    """Each key's 8-byte BLAKE2b digest (personalised), read big-endian ``(n,)`` uint64."""
+    joined = bytearray()
+    for key in keys:
+        digest = _DIGEST.copy()
+        digest.update(key.encode())
+        joined += digest.digest()
+    return np.frombuffer(joined, dtype=">u8").astype(np.uint64)
 
 
 @njit(cache=True, nogil=True)
@@ -280,9 +293,7 @@ class _DigestTable:
             grown = np.empty(2 * (start + len(new)), dtype=np.uint64)
             grown[:start] = self.values[:start]
             self.values = grown
-        self.values[start : start + len(new)] = np.fromiter(
-            map(_id_digest, new), dtype=np.uint64, count=len(new)
-        )
+        self.values[start : start + len(new)] = _id_digests(new)
         self.slot.update(zip(new, range(start, start + len(new)), strict=True))
         return np.fromiter(map(self.slot.__getitem__, wanted), np.int64, count=len(wanted))
 
