@@ -32,6 +32,7 @@ PACKAGES = {
 SERVICE_RANKS = {
     "service.settings": 0,
     "service.background": 0,
+    "service.collector": 0,
     "service.metrics": 1,
     "service.store": 1,
     "service.livefeed": 1,
