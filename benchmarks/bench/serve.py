@@ -41,16 +41,14 @@ import httpx
 import numpy as np
 
 from benchmarks.bench.catalogue import run_catalogue
-from benchmarks.bench.prequential import _batch
+from benchmarks.bench.stages import steady_pipeline
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.launcher import ServerProcess, free_port
 from benchmarks.load import LoadResult, drive, require_wrk
 from benchmarks.naive_serving import save_arrays
 from service.auth.keys import create_key
-from service.settings import Settings
-from service.store.events import NewEvent, recent_pairs
-from service.wiring import build_driftline
+from service.store.events import recent_pairs
 
 CONNECTIONS = 32
 TRAIN_SHARE = 0.6
@@ -79,25 +77,12 @@ class Prepared:
     rest: list[dict]
 
 
-def _events(stream: RatingStream, start: int, stop: int) -> list[NewEvent]:
-    return _batch(stream, start, stop, prefix="ml")
-
-
 def _prepare(stream: RatingStream, workdir: Path) -> Prepared:
     """Ingest the training share in-process, train a version inline, write the keys
     and the baseline's arrays."""
     data_dir = workdir / "driftline"
     split = int(len(stream) * TRAIN_SHARE)
-    settings = Settings(
-        data_dir=data_dir,
-        retrain_runtime="inprocess",
-        bootstrap_events=len(stream) + 1,
-        refresh_events=None,
-    )
-    pipeline = build_driftline(settings, background_retrain=False)
-    for start in range(0, split, 5_000):
-        pipeline.ingest(_events(stream, start, min(split, start + 5_000)))
-    pipeline.retrain_now("bench")
+    pipeline = steady_pipeline(stream, data_dir, split, 5_000, prefix="ml")
     model = pipeline.registry.newest_loadable()
     if model is None:
         raise RuntimeError("the training job published no version")

@@ -79,10 +79,13 @@ def _instrument(pipeline: Driftline, clock: StageClock) -> None:
         clock.wrap(f"monitor.{part}", monitor if owner is None else getattr(monitor, owner), method)
 
 
-def steady_pipeline(stream: RatingStream, data_dir: Path, warm: int, batch_size: int) -> Driftline:
+def steady_pipeline(
+    stream: RatingStream, data_dir: Path, warm: int, batch_size: int, prefix: str = "ev"
+) -> Driftline:
     """An in-process pipeline in ``data_dir`` that has ingested and trained on the first
-    ``warm`` events of ``stream``, its trigger then held off: the steady path between
-    jobs, which only the retrains a benchmark starts itself interrupt."""
+    ``warm`` events of ``stream`` (event ids ``prefix``-numbered), its trigger then held
+    off: the steady path between jobs, which only the retrains a benchmark starts itself
+    interrupt."""
     settings = Settings(
         data_dir=data_dir,
         retrain_runtime="inprocess",
@@ -92,7 +95,7 @@ def steady_pipeline(stream: RatingStream, data_dir: Path, warm: int, batch_size:
     pipeline = build_driftline(settings, background_retrain=False)
     pipeline.kernels_ready.wait()  # loaded at start, as a server does
     for start in range(0, warm, batch_size):
-        pipeline.ingest(_batch(stream, start, min(warm, start + batch_size)))
+        pipeline.ingest(_batch(stream, start, min(warm, start + batch_size), prefix))
     pipeline.retrain_now("bench")
     pipeline.trigger.enabled = False
     return pipeline
