@@ -1,14 +1,12 @@
 """The interpreter's garbage collector, tuned for a process that holds a large online state.
 
 CPython collects its youngest generation after every 700 net new container objects
-(lists, dicts, tuples, sets), and every tenth of those collections the next, and so on
+(lists, dicts, tuples, sets), every tenth of those collections the next, and so on up
 to full collections over everything. The ingest path makes thousands of containers a
-batch (per-user sets of rated items, the published views' map nodes, the batch's lists),
-and most are freed by reference counting within the batch. At the default a batch of
-2,000 events from 2,000 distinct users ran about 17 young collections, and every few
-batches a full one over the whole online state: on a stream of 40,000 users and 300,000
-items that was 30 % of the learning path (``docs/decisions/0007``). MovieLens-like
-streams, a dozen users a batch, barely allocate and never noticed.
+batch when its events come from many users (per-user sets of rated items, the published
+views' map nodes, the batch's lists), most of them freed by reference counting within
+the batch; at the default they set off many young collections a batch and, every few
+batches, a full one over the whole online state (figures: ``docs/decisions/0007``).
 
 A larger first threshold lets a batch's temporaries come and go between collections;
 the later generations' thresholds are left as they are, so full collections still run,

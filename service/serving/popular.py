@@ -44,7 +44,7 @@ _ITEM_MASK = (1 << _ITEM_BITS) - 1
 
 #: Ids the codes may hold per event of the window before they are re-made from the
 #: window's events: re-making walks the whole window, so on a stream where most events
-#: bring new ids it must be rare (at twice the window it ran every third batch of 2,000).
+#: bring new ids it must be rare.
 _CODES_PER_EVENT = 8
 #: Slack, in ids, above that before the codes are re-made.
 _SLACK = 64

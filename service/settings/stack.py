@@ -29,9 +29,8 @@ class StackSettings(BaseModel):
         ge=0,
         description=(
             "Net new container objects between collections of the garbage collector's "
-            "youngest generation (Python's default is 700, which on a stream of many "
-            "distinct users spends a third of the learning path collecting); 0 leaves "
-            "Python's setting."
+            "youngest generation (Python's default is 700, too few for a batch from many "
+            "distinct users: it collects several times a batch); 0 leaves Python's setting."
         ),
     )
 
