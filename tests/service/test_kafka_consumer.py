@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from sqlalchemy import select
+from sqlalchemy import Connection, select
 
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.launcher import free_port
 from service.ingest.kafka import EventConsumer
 from service.settings import Settings
 from service.store import Database
-from service.store.events import count_events
+from service.store.events import IngestOutcome, NewEvent, count_events
 from service.store.offsets import count_dead_letters, list_dead_letters, load_offsets, save_offsets
 from service.store.tables import events as events_table
 from service.wiring import Driftline, build_driftline
@@ -255,3 +255,39 @@ def test_a_recreated_topic_is_read_from_the_start(tmp_path: Path) -> None:
         consumer = EventConsumer(pipeline, second_life.bootstrap, "events")
         _consume_until(consumer, lambda: consumer.state.consumed == 50)
     assert _stored(pipeline) == 250
+
+
+class _FailingOnce:
+    """The pipeline as an ingest target, except that its ``fail_at``-th batch raises."""
+
+    def __init__(self, pipeline: Driftline, fail_at: int) -> None:
+        self.pipeline = pipeline
+        self.settings, self.db, self.metrics = pipeline.settings, pipeline.db, pipeline.metrics
+        self.fail_at = fail_at
+        self.calls = 0
+
+    def ingest(
+        self, batch: list[NewEvent], also_write: Callable[[Connection], None] | None = None
+    ) -> IngestOutcome:
+        self.calls += 1
+        if self.calls == self.fail_at:
+            raise RuntimeError("the store refused the batch")
+        return self.pipeline.ingest(batch, also_write)
+
+
+@pytest.mark.slow
+def test_a_batch_the_store_refuses_is_read_again_and_stored_once(
+    broker: EmbeddedBroker, tmp_path: Path
+) -> None:
+    # Small polls: the refused batch is stored while the next one is already decoded.
+    total = 2_000
+    produce(broker.bootstrap, "events", events(0, total))
+    pipeline = _pipeline(tmp_path)
+    target = _FailingOnce(pipeline, fail_at=3)
+    consumer = EventConsumer(target, broker.bootstrap, "events", max_records=200)
+    _consume_until(consumer, lambda: _stored(pipeline) == total)
+
+    assert target.calls > 3 and consumer.state.store_failures == 1
+    assert sorted(_event_ids(pipeline)) == sorted(e["event_id"] for e in events(0, total))
+    with pipeline.db.connect() as conn:
+        assert load_offsets(conn, "events") == _log_ends(broker.bootstrap, "events")
