@@ -8,8 +8,8 @@
   in one consumer group splitting the partitions (one per core), timed from the moment
   the group has shared out the partitions of an empty topic, which is then filled while
   they consume. Beside them,
-  in the same run: a bare kafka-python loop that only reads the same messages (the
-  client's ceiling).
+  in the same run: a bare loop of the service's client (aiokafka) that only reads the
+  same messages (the client's ceiling).
 * HTTP: a real ``driftline serve`` process; ``clients`` threads post batches of 500 at
   once, their bodies encoded before the clock starts (the client's JSON encoding is not
   the service's work). ``http_events_per_s`` is events / wall seconds, ``http_p99_ms`` the 99th
@@ -27,6 +27,7 @@ Retraining is switched off so the figures are about ingestion alone.
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -40,7 +41,8 @@ from typing import Any
 import httpx
 import numpy as np
 import orjson
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from aiokafka import AIOKafkaConsumer, TopicPartition
+from kafka import KafkaProducer
 
 from benchmarks.baselines import RiverTrack
 from benchmarks.broker import EmbeddedBroker, create_topic
@@ -69,21 +71,30 @@ def _fill_topic(bootstrap: str, stream: RatingStream, topic: str = "events") -> 
 
 
 def _read_only(bootstrap: str, total: int) -> float:
-    """Seconds a bare consumer needs to read ``total`` messages: the client's ceiling."""
-    consumer = KafkaConsumer(
+    """Seconds the service's client, aiokafka, needs to read ``total`` messages in polls
+    of the consumer's size, doing nothing with them: the client's ceiling."""
+    return asyncio.run(_read_only_async(bootstrap, total))
+
+
+async def _read_only_async(bootstrap: str, total: int) -> float:
+    consumer = AIOKafkaConsumer(
         bootstrap_servers=bootstrap,
+        enable_auto_commit=False,
         fetch_max_bytes=64 * 1024 * 1024,
         max_partition_fetch_bytes=16 * 1024 * 1024,
     )
-    parts = [TopicPartition("events", p) for p in consumer.partitions_for_topic("events")]
-    consumer.assign(parts)
-    consumer.seek_to_beginning(*parts)
-    started, seen = time.perf_counter(), 0
-    while seen < total:
-        seen += sum(len(r) for r in consumer.poll(timeout_ms=1000, max_records=5000).values())
-    elapsed = time.perf_counter() - started
-    consumer.close()
-    return elapsed
+    await consumer.start()
+    try:
+        parts = [TopicPartition("events", p) for p in consumer.partitions_for_topic("events")]
+        consumer.assign(parts)
+        await consumer.seek_to_beginning(*parts)
+        started, seen = time.perf_counter(), 0
+        while seen < total:
+            polled = await consumer.getmany(timeout_ms=1000, max_records=5000)
+            seen += sum(len(records) for records in polled.values())
+        return time.perf_counter() - started
+    finally:
+        await consumer.stop()
 
 
 def _stored(db: Database) -> int:
