@@ -27,10 +27,7 @@ memory); the consumer then starts that partition from its earliest offset.
 
 The client is aiokafka (the embedded broker's group protocol works with it,
 docs/operations.md); its event loop runs in the thread that calls ``run()``, and each
-batch is stored in a worker thread of its own so that heartbeats go on meanwhile. While
-one batch is stored and learnt there, the loop polls and decodes the next: one batch is
-in flight at a time, and the next one starts only after it has committed, so batches
-are stored in the order they were polled.
+batch is stored in a worker thread of its own so that heartbeats go on meanwhile.
 """
 
 from __future__ import annotations
@@ -79,6 +76,11 @@ class IngestTarget(Protocol):
 _QUIET_PROBE_SECONDS = 2.0
 #: Offsets are committed to Kafka (advisory, for operators' tools) at most this often.
 _KAFKA_COMMIT_SECONDS = 1.0
+
+
+class BatchNotStored(Exception):
+    """The store or the learning path refused a polled batch (a database that went away,
+    a full disk)."""
 
 
 def default_replica() -> str:
@@ -236,10 +238,6 @@ class EventConsumer:
         # Stores one batch at a time, off the event loop so heartbeats go on.
         self._executor: ThreadPoolExecutor | None = None
         self._batch_lock: asyncio.Lock | None = None
-        #: The batch being stored and learnt in the executor (one at a time), and the
-        #: error of one that failed where nobody could raise it (a rebalance callback).
-        self._in_flight: asyncio.Task[None] | None = None
-        self._store_error: BaseException | None = None
         self._generation = 0  # bumped on every rebalance: a batch polled before is stale
         self._assign_error: BaseException | None = None
         self._resumed_at: dict[int, int] = {}
@@ -278,13 +276,12 @@ class EventConsumer:
                 await self._close(leave=False)
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
-            except Exception:
-                # The store or the learning path refused a batch (a database that went
-                # away, a disk that filled): its offsets were not stored, so it is read
-                # again once the consumer has rejoined and sought to the stored offsets.
+            except BatchNotStored:
+                # Its offsets were not stored: it is read again once the consumer has
+                # rejoined and sought to the stored offsets.
                 self.state.connected = False
                 self.state.store_failures += 1
-                log.exception("a batch was not stored; reading it again in %.1fs", backoff)
+                log.exception("reading the batch again in %.1fs", backoff)
                 await self._close(leave=False)
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
@@ -329,7 +326,6 @@ class EventConsumer:
         """Give partitions up only once the batch in flight is stored."""
         assert self._batch_lock is not None
         async with self._batch_lock:
-            await self._settle_in_flight()
             self._generation += 1
             await self._commit_to_kafka(force=True)
             self._to_commit.clear()
@@ -347,7 +343,6 @@ class EventConsumer:
         """
         assert self._batch_lock is not None
         async with self._batch_lock:
-            await self._settle_in_flight()  # its offsets are the ones to seek to
             self._generation += 1
             self.state.rebalances += 1
             try:
@@ -402,10 +397,7 @@ class EventConsumer:
         generation = self._generation
         polled = await consumer.getmany(timeout_ms=500, max_records=self.max_records)
         records = [record for batch in polled.values() for record in batch]
-        # Decoded here while the batch before is still stored and learnt in the executor.
-        decoded = decode(self.topic, records, self.target.settings.event_limits)
         async with lock:
-            await self._finish_in_flight()
             if self._generation != generation:
                 # A rebalance came while polling: whoever owns these partitions now
                 # resumes them from the store (aiokafka has moved past these records).
@@ -416,32 +408,12 @@ class EventConsumer:
             if self._resumed_at:
                 await self._notice_recreated_topic()
             if records:
-                self._in_flight = asyncio.ensure_future(self._store(decoded, len(records)))
+                await self._store(records)
                 self._last_heard = time.monotonic()
         if not records and time.monotonic() - self._last_heard > _QUIET_PROBE_SECONDS:
             await self._probe_broker()
         await self._commit_to_kafka()
         await self._refresh_lag()
-
-    async def _finish_in_flight(self) -> None:
-        """Wait for the batch in flight; raises its error, or one a rebalance set aside."""
-        error, self._store_error = self._store_error, None
-        if error is not None:
-            raise error
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is not None:
-            await in_flight
-
-    async def _settle_in_flight(self) -> None:
-        """Wait for the batch in flight where its error cannot be raised (aiokafka only
-        logs a rebalance callback's errors): the poll loop raises it next."""
-        in_flight, self._in_flight = self._in_flight, None
-        if in_flight is None:
-            return
-        try:
-            await in_flight
-        except Exception as exc:
-            self._store_error = exc
 
     async def _probe_broker(self) -> None:
         """Ask the broker something; raises ``KafkaError`` if it does not answer.
@@ -479,16 +451,19 @@ class EventConsumer:
                 self.state.positions.pop(partition, None)
                 await self._consumer.seek_to_beginning(tp)
 
-    async def _store(self, decoded: Decoded, consumed: int) -> None:
-        """Store and learn ``decoded`` in the executor, then count its ``consumed``
-        messages and queue its offsets for Kafka."""
+    async def _store(self, records: list[Any]) -> None:
+        settings = self.target.settings
+        decoded = decode(self.topic, records, settings.event_limits)
 
         def write_offsets(conn: Any) -> None:
             add_dead_letters(conn, decoded.dead)
             save_offsets(conn, self.topic, decoded.next_offsets)
 
-        await self._in_executor(lambda: self.target.ingest(decoded.events, write_offsets))
-        self.state.consumed += consumed
+        try:
+            await self._in_executor(lambda: self.target.ingest(decoded.events, write_offsets))
+        except Exception as exc:
+            raise BatchNotStored(f"{len(records)} message(s) refused: {exc!r}") from exc
+        self.state.consumed += len(records)
         self.state.positions.update(decoded.next_offsets)
         self._to_commit.update(decoded.next_offsets)
         if decoded.dead:
@@ -539,10 +514,6 @@ class EventConsumer:
     async def _close(self, leave: bool) -> None:
         """Stop the client; ``leave``: commit to Kafka first (the group rebalances now
         either way, as aiokafka's stop leaves the group)."""
-        await self._settle_in_flight()
-        error, self._store_error = self._store_error, None
-        if error is not None:  # its offsets were not stored: the next owner reads it again
-            log.error("the batch in flight was not stored: %r", error)
         consumer, self._consumer = self._consumer, None
         self.state.connected = False
         if consumer is None:

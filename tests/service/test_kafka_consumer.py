@@ -279,7 +279,7 @@ class _FailingOnce:
 def test_a_batch_the_store_refuses_is_read_again_and_stored_once(
     broker: EmbeddedBroker, tmp_path: Path
 ) -> None:
-    # Small polls: the refused batch is stored while the next one is already decoded.
+    # Small polls: batches before the refused one are stored, and so are the ones after.
     total = 2_000
     produce(broker.bootstrap, "events", events(0, total))
     pipeline = _pipeline(tmp_path)
