@@ -16,9 +16,9 @@ transaction has committed, and a batch polled before a rebalance is dropped, not
 (the new owner reads it again from the stored offsets). ``save_offsets`` never moves an
 offset backwards, whatever the order of two owners' commits.
 
-A batch the store or the learning path refuses (the database went away) is not lost
-either: its offsets were not stored, so the consumer backs off, rejoins and reads it
-again from the stored offsets.
+A batch the store or the learning path refuses is not lost either, nor is the consumer
+when the database goes away: nothing past the stored offsets was stored, so it backs
+off, rejoins and resumes from them once the database answers again.
 
 A message that is not a valid event goes to the dead-letter table with its raw bytes
 and the reason, its offset advances, and the loop goes on. A stored offset past the
@@ -48,6 +48,7 @@ import orjson
 from aiokafka import AIOKafkaConsumer, ConsumerRebalanceListener, TopicPartition
 from aiokafka.errors import KafkaError
 from sqlalchemy import Connection
+from sqlalchemy.exc import SQLAlchemyError
 
 from service.ingest.validation import EventLimits, parse_batch, parse_event_json
 from service.metrics import Metrics
@@ -276,12 +277,14 @@ class EventConsumer:
                 await self._close(leave=False)
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, 10.0)
-            except BatchNotStored:
-                # Its offsets were not stored: it is read again once the consumer has
-                # rejoined and sought to the stored offsets.
+            except (BatchNotStored, SQLAlchemyError):
+                # The database went away (or refused a batch): nothing was stored past
+                # the stored offsets, so the consumer rejoins and resumes from them.
                 self.state.connected = False
                 self.state.store_failures += 1
-                log.exception("reading the batch again in %.1fs", backoff)
+                log.exception(
+                    "the store failed; resuming from the stored offsets in %.1fs", backoff
+                )
                 await self._close(leave=False)
                 await self._sleep(backoff)
                 backoff = min(backoff * 2, 10.0)

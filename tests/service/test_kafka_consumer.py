@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from kafka import KafkaConsumer, TopicPartition
 from sqlalchemy import Connection, select
+from sqlalchemy.exc import OperationalError
 
 from benchmarks.broker import EmbeddedBroker
 from benchmarks.launcher import free_port
@@ -291,3 +292,27 @@ def test_a_batch_the_store_refuses_is_read_again_and_stored_once(
     assert sorted(_event_ids(pipeline)) == sorted(e["event_id"] for e in events(0, total))
     with pipeline.db.connect() as conn:
         assert load_offsets(conn, "events") == _log_ends(broker.bootstrap, "events")
+
+
+@pytest.mark.slow
+def test_the_consumer_outlives_a_database_that_goes_away(
+    broker: EmbeddedBroker, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Where the database is asked outside a batch's transaction (the stored offsets, on
+    # a rebalance that came while polling), its error reaches the poll loop as it is.
+    total = 1_000
+    produce(broker.bootstrap, "events", events(0, total))
+    pipeline = _pipeline(tmp_path)
+    consumer = EventConsumer(pipeline, broker.bootstrap, "events", max_records=200)
+    poll_once, polls = consumer._poll_once, [0]
+
+    async def poll_or_lose_the_database() -> None:
+        polls[0] += 1
+        if polls[0] == 2:
+            raise OperationalError("SELECT", {}, ConnectionRefusedError("database restarting"))
+        await poll_once()
+
+    monkeypatch.setattr(consumer, "_poll_once", poll_or_lose_the_database)
+    _consume_until(consumer, lambda: _stored(pipeline) == total)
+    assert consumer.state.store_failures == 1
+    assert sorted(_event_ids(pipeline)) == sorted(e["event_id"] for e in events(0, total))
