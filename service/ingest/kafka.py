@@ -266,7 +266,6 @@ class EventConsumer:
                 while not self._stop.is_set():
                     await self._poll_once()
             except KafkaError as exc:
-                self.state.connected = False
                 self.state.reconnects += 1
                 log.warning(
                     "kafka broker %s unreachable (%s); reconnecting in %.1fs",
@@ -274,21 +273,24 @@ class EventConsumer:
                     type(exc).__name__,
                     backoff,
                 )
-                await self._close(leave=False)
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = await self._start_over(backoff)
             except (BatchNotStored, SQLAlchemyError):
                 # The database went away (or refused a batch): nothing was stored past
                 # the stored offsets, so the consumer rejoins and resumes from them.
-                self.state.connected = False
                 self.state.store_failures += 1
                 log.exception(
                     "the store failed; resuming from the stored offsets in %.1fs", backoff
                 )
-                await self._close(leave=False)
-                await self._sleep(backoff)
-                backoff = min(backoff * 2, 10.0)
+                backoff = await self._start_over(backoff)
         await self._close(leave=True)
+
+    async def _start_over(self, backoff: float) -> float:
+        """Drop the client and wait ``backoff`` seconds before the next connection;
+        returns the wait after that (doubled, at most 10 s)."""
+        self.state.connected = False
+        await self._close(leave=False)
+        await self._sleep(backoff)
+        return min(backoff * 2, 10.0)
 
     async def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds
