@@ -1,10 +1,8 @@
 """``driftline demo --kafka`` shows the loop the HTTP demo shows: the planted inversion is
 alerted, a drift job retrains, and accuracy after the onset holds up against river's.
 
-The whole MovieLens stream through the embedded broker, with no waiting for jobs, at half
-the demo's default rate: the loop's latency in events is a job's seconds times the rate,
-and beside the rest of the suite a job takes several times its seconds alone, so at the
-default rate a busy machine can end the stream before a retrained version serves.
+The whole MovieLens stream at the demo's stated rate, through the embedded broker, with
+no waiting for jobs (about a minute and a half on two cores).
 """
 
 from __future__ import annotations
@@ -18,9 +16,6 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-#: Events per second the test replays at (the demo's default is 2,500).
-_RATE = 1_250
-
 
 def _figure(pattern: str, text: str) -> str:
     found = re.search(pattern, text)
@@ -28,13 +23,12 @@ def _figure(pattern: str, text: str) -> str:
     return found.group(1)
 
 
-@pytest.mark.timeout(900)  # minutes of replay: past the suite's 300 s on a busy machine
 def test_demo_through_kafka_shows_alert_drift_job_and_recovery() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "demo", "--kafka", "--rate", str(_RATE)],
+        [sys.executable, "-m", "benchmarks", "demo", "--kafka"],
         capture_output=True,
         text=True,
-        timeout=840,
+        timeout=600,
         check=False,
         env={**os.environ, "COLUMNS": "240"},  # one table row per line
     )
