@@ -35,11 +35,26 @@ from benchmarks.bench.rollout import UNGUARDED, guard_figures, shadow_cost
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
+from service.serving.model import ServingModel
 from service.settings import Settings
 from service.store.alerts import list_alerts
 from service.store.events import NewEvent
 from service.store.jobs import count_jobs
+from service.stream.shadow import ShadowTrack
 from service.wiring import Driftline, build_driftline
+
+#: The learning path's stages in ``learning_path_us_per_event``, added up to the path;
+#: ``shadow_fold_in`` and ``shadow_ranking`` are the version in shadow's part of
+#: ``fold_in`` and ``ranking``, inside them.
+LEARNING_PATH_STAGES = (
+    "fold_in",
+    "ranking",
+    "popular",
+    "static_track",
+    "monitor",
+    "guard",
+    "trigger",
+)
 
 
 def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> list[NewEvent]:
@@ -99,21 +114,25 @@ def run_prequential(
 
 def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, Any]:
     """One replay through a pipeline with the default settings and ``overrides``."""
-    with tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="driftline-bench-") as tmp,
+        StageClock().restoring() as clock,
+    ):
         settings = Settings(data_dir=Path(tmp), retrain_runtime="inprocess", **overrides)
         pipeline = build_driftline(settings, background_retrain=False)
         pipeline.kernels_ready.wait()  # loaded at start, as a server does
-        store = StageClock()
-        store.wrap("store", pipeline.writer, "store_all")
+        clock.wrap("store", pipeline.writer, "store_all")
         # What the registry follower does in a server (load each published version, swap
         # to it or start its shadow), done inline here after a job.
-        store.wrap("publication", pipeline, "_serve_inline_publication")
+        clock.wrap("publication", pipeline, "_serve_inline_publication")
+        _time_learning_path(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
         spent = _replay(pipeline, river, stream, batch_size)
         # Jobs and what follows their publication run inline here; the service runs both
         # off the ingest path (the job thread, the registry follower), so both are
         # excluded: the training, and the loading, swapping and shadow starts.
-        retrain_s = pipeline.retrainer.training_seconds + store.seconds["publication"]
+        training_s = pipeline.retrainer.training_seconds
+        retrain_s = training_s + clock.seconds["publication"]
         with pipeline.db.connect() as conn:
             alerts = len(list_alerts(conn, limit=100_000, kind="drift"))
             retrains = count_jobs(conn, status="succeeded")
@@ -123,6 +142,8 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
         guard = guard_figures(pipeline)
         pipeline.retrainer.close()
         pipeline.db.dispose()
+    learning_s = spent - retrain_s - clock.seconds["store"]
+    clock.seconds["trigger"] -= training_s  # the jobs ran inside the trigger's check
     return {
         "events": len(stream),
         "batch_size": batch_size,
@@ -141,14 +162,42 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
         "retrains": retrains,
         "model_versions": versions,
         "driftline_events_per_s": len(stream) / (spent - retrain_s),
-        "learning_path_events_per_s": len(stream) / (spent - retrain_s - store.seconds["store"]),
-        "learning_path_ratio_to_river": len(stream)
-        / (spent - retrain_s - store.seconds["store"])
-        / river.events_per_s,
-        "store_s": store.seconds["store"],
+        "learning_path_events_per_s": len(stream) / learning_s,
+        "learning_path_ratio_to_river": len(stream) / learning_s / river.events_per_s,
+        "learning_path_us_per_event": _per_event(clock.seconds, learning_s, len(stream)),
+        "store_s": clock.seconds["store"],
         "driftline_with_retraining_events_per_s": len(stream) / spent,
         "retrain_s": retrain_s,
         "ranking_s": pipeline.learner.ranking.seconds,
         "river_events_per_s": river.events_per_s,
+        "river_us_per_event": 1e6 / river.events_per_s,
         "guard": guard,
     }
+
+
+def _time_learning_path(pipeline: Driftline, clock: StageClock) -> None:
+    """Time the learning path's stages where the path calls them. The fold-in is timed
+    on its classes: each version swapped in, and each shadow, is a new object."""
+    learner = pipeline.learner
+    clock.wrap("fold_in", ServingModel, "predict_then_learn_vectors")
+    clock.wrap("shadow_fold_in", ShadowTrack, "predict_then_learn")
+    clock.wrap("ranking", learner.ranking, "rank")
+    clock.wrap("shadow_ranking", learner.ranking, "_shadow_ranks")
+    clock.wrap("popular", learner.popular, "add")
+    clock.wrap("static_track", learner, "_static_predict")
+    clock.wrap("monitor", pipeline.monitor, "observe")
+    clock.wrap("trigger", pipeline.trigger, "observe_events")
+    clock.wrap("trigger", pipeline.trigger, "after_batch")
+    if pipeline.guard is not None:
+        clock.wrap("guard", pipeline.guard, "observe")
+        clock.wrap("guard", pipeline.guard, "act")
+
+
+def _per_event(seconds: dict[str, float], learning_s: float, events: int) -> dict[str, float]:
+    """µs per event of each stage of the learning path, ``other`` the rest of it (the
+    learner's and the path's own code), and the shadow's parts."""
+    stages = {stage: seconds[stage] for stage in LEARNING_PATH_STAGES}
+    stages["other"] = learning_s - sum(stages.values())
+    stages["shadow_fold_in"] = seconds["shadow_fold_in"]
+    stages["shadow_ranking"] = seconds["shadow_ranking"]
+    return {stage: round(1e6 * spent / events, 3) for stage, spent in stages.items()}

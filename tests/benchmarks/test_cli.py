@@ -48,6 +48,14 @@ def test_bench_prequential_prints_one_json_object_last(tmp_path: Path) -> None:
     assert figures["learning_path_ratio_to_river"] == pytest.approx(
         figures["learning_path_events_per_s"] / figures["river_events_per_s"]
     )
+    # The stages add up to the learning path; the shadow's parts lie inside two of them.
+    stages = figures["learning_path_us_per_event"]
+    whole = {key: us for key, us in stages.items() if not key.startswith("shadow_")}
+    per_event = 1e6 / figures["learning_path_events_per_s"]
+    assert sum(whole.values()) == pytest.approx(per_event, abs=0.01)  # rounded to 0.001
+    assert all(us > 0 for key, us in whole.items() if key != "other"), stages
+    assert 0 <= stages["shadow_fold_in"] < stages["fold_in"]
+    assert 0 <= stages["shadow_ranking"] < stages["ranking"]
 
 
 def test_bench_rejects_an_unknown_name_and_options_it_does_not_take() -> None:
