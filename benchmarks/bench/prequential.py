@@ -14,7 +14,9 @@ path alone, everything after the store: evaluation, fold-in, the ranking sample,
 static track, popular items, the drift monitor and the trigger. River keeps no store,
 so the learning path is what compares with its learn rate like for like
 (``learning_path_ratio_to_river``); ``driftline bench ingest`` holds storage to its own
-target.
+target. ``learning_path_us_per_event`` splits the learning path into its stages, timed
+where the path calls them, with the part a version in shadow adds to the fold-in and
+the ranking.
 
 The stream runs twice: with the rollout guard (the default; the figures above) and
 without it (``unguarded``: each version serves at publication), side by side, with what
