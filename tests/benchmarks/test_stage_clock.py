@@ -21,23 +21,26 @@ def test_a_class_wrap_times_every_instance_and_is_undone_on_leaving() -> None:
         clock.wrap("stage", _Stage, "run")
         assert _Stage().run(0.01) == "ran"
         assert _Stage().run(0.01) == "ran"
-        assert clock.seconds["stage"] == pytest.approx(0.02, abs=0.015)
+        assert clock.seconds["stage"] >= 0.02
+    timed = clock.seconds["stage"]
     assert _Stage.run is original
-    assert clock.seconds["stage"] < 0.05
+    _Stage().run(0.0)
+    assert clock.seconds["stage"] == timed
 
 
 def test_an_instance_wrap_times_that_object_only_and_is_undone() -> None:
     timed, other = _Stage(), _Stage()
     clock = StageClock()
     clock.wrap("stage", timed, "run")
-    other.run(0.02)
+    other.run(0.01)
     assert clock.seconds["stage"] == 0.0
-    timed.run(0.0)
-    assert "run" in vars(timed)
+    timed.run(0.01)
+    assert clock.seconds["stage"] >= 0.01
+    spent = clock.seconds["stage"]
     clock.restore()
     assert "run" not in vars(timed)
-    timed.run(0.02)
-    assert clock.seconds["stage"] < 0.02
+    timed.run(0.0)
+    assert clock.seconds["stage"] == spent
 
 
 def test_a_wrap_is_undone_when_the_run_fails() -> None:
