@@ -127,7 +127,7 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
         # What the registry follower does in a server (load each published version, swap
         # to it or start its shadow), done inline here after a job.
         clock.wrap("publication", pipeline, "_serve_inline_publication")
-        _time_learning_path(pipeline, clock)
+        time_learning_path(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
         spent = _replay(pipeline, river, stream, batch_size)
         # Jobs and what follows their publication run inline here; the service runs both
@@ -177,9 +177,10 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
     }
 
 
-def _time_learning_path(pipeline: Driftline, clock: StageClock) -> None:
-    """Time the learning path's stages where the path calls them. The fold-in is timed
-    on its classes: each version swapped in, and each shadow, is a new object."""
+def time_learning_path(pipeline: Driftline, clock: StageClock) -> None:
+    """Time the learning path's stages where the path calls them (``bench stages`` too).
+    The fold-in is timed on its classes, each version swapped in and each shadow being a
+    new object: wrap inside ``StageClock.restoring``."""
     learner = pipeline.learner
     clock.wrap("fold_in", ServingModel, "predict_then_learn_vectors")
     clock.wrap("shadow_fold_in", ShadowTrack, "predict_then_learn")

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.baselines import RiverTrack
-from benchmarks.bench.prequential import _batch, _replay
+from benchmarks.bench.prequential import _batch, _replay, time_learning_path
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
@@ -64,16 +64,9 @@ MONITOR_PARTS = (
 
 
 def _instrument(pipeline: Driftline, clock: StageClock) -> None:
-    learner = pipeline.learner
     clock.wrap("store", pipeline.writer, "store_all")
-    clock.wrap("fold_in", learner.serving, "predict_then_learn_vectors")
-    clock.wrap("ranking", learner.ranking, "rank")
-    clock.wrap("static_track", learner, "_static_predict")
-    clock.wrap("tracks", learner.tracker, "record")
-    clock.wrap("popular", learner.popular, "add")
-    clock.wrap("monitor", pipeline.monitor, "observe")
-    clock.wrap("trigger", pipeline.trigger, "observe_events")
-    clock.wrap("trigger", pipeline.trigger, "after_batch")
+    time_learning_path(pipeline, clock)
+    clock.wrap("tracks", pipeline.learner.tracker, "record")
     monitor = pipeline.monitor
     for part, owner, method in MONITOR_PARTS:
         clock.wrap(f"monitor.{part}", monitor if owner is None else getattr(monitor, owner), method)
@@ -106,9 +99,11 @@ def run_stages(
 ) -> dict[str, Any]:
     stream, found = open_ratings(dataset, limit=limit)
     warm = int(len(stream) * WARM_SHARE)
-    with tempfile.TemporaryDirectory(prefix="driftline-bench-stages-") as tmp:
+    with (
+        tempfile.TemporaryDirectory(prefix="driftline-bench-stages-") as tmp,
+        StageClock().restoring() as clock,
+    ):
         pipeline = steady_pipeline(stream, Path(tmp), warm, batch_size)
-        clock = StageClock()
         _instrument(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
         total = _replay(pipeline, river, stream, batch_size, first=warm)
