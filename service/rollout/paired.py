@@ -25,7 +25,7 @@ from functools import lru_cache
 from typing import Any
 
 import numpy as np
-from scipy import stats
+from scipy.special import ndtri, stdtrit
 
 from drift.ranking import DEFAULT_K, hits, ndcg
 
@@ -139,7 +139,7 @@ def _t_quantile(probability: float, freedom: int) -> float:
     3e-4 of it there, for a microsecond where scipy takes hundreds: a shadow's users,
     and so ν, grow batch by batch.
 
-    >>> round(_t_quantile(0.975, 30), 4), round(float(stats.t.ppf(0.975, 30)), 4)
+    >>> round(_t_quantile(0.975, 30), 4), round(float(stdtrit(30, 0.975)), 4)
     (2.0423, 2.0423)
     """
     if freedom < 8:
@@ -158,12 +158,12 @@ def _t_quantile(probability: float, freedom: int) -> float:
 
 @lru_cache(maxsize=64)
 def _exact_t_quantile(probability: float, freedom: int) -> float:
-    return float(stats.t.ppf(probability, freedom))
+    return float(stdtrit(freedom, probability))
 
 
 @lru_cache(maxsize=16)
 def _normal_quantile(probability: float) -> float:
-    return float(stats.norm.ppf(probability))
+    return float(ndtri(probability))
 
 
 class PairedComparison:

@@ -111,13 +111,22 @@ def test_quick_takes_its_own_defaults_unless_told_otherwise() -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1200)  # minutes of CPU: past the suite's 300 s on a busy machine
 def test_bench_configurator_quick_finishes_with_both_kinds_of_scenario() -> None:
-    """``--quick`` on two processes: every Lambda and kind scenario, one seed; the
-    bound is a smoke bound for slow machines (BENCHMARKS.md gives the measured time)."""
-    from benchmarks.bench.configurator import run_configurator
+    """``--quick`` on two processes, kept to one Lambda size, one kind size and five
+    epochs: both kinds of scenario run and report (BENCHMARKS.md gives the full
+    ``--quick``'s figures and time)."""
+    from benchmarks.bench.configurator import run_configurator, scenarios
 
-    figures = run_configurator(quick=True, processes=2, show_progress=False)
-    assert figures["seeds"] == QUICK[0] and figures["epochs"] == QUICK[1]
+    figures = run_configurator(
+        quick=True,
+        epochs=5,
+        sizes=(10_000,),
+        kind_sizes=(100_000,),
+        processes=2,
+        show_progress=False,
+    )
+    assert figures["seeds"] == QUICK[0] and figures["epochs"] == 5
     assert set(figures["regret"]) == set(QUICK_METHODS)
-    assert set(figures["kinds"]) == {s.name for s in kind_scenarios()}
+    assert figures["scenarios"] == [s.name for s in scenarios((10_000,))]
+    assert set(figures["kinds"]) == {s.name for s in kind_scenarios((100_000,))}
     assert figures["kinds"]["kinds-1e5-loose"]["oracle_kind"] == "inprocess"
     assert figures["bench_seconds"] < 900

@@ -12,7 +12,7 @@ from drift import DETECTORS
 @pytest.mark.slow
 @pytest.mark.timeout(900)  # four pipelines a scenario: past the suite's 300 s on a busy machine
 def test_every_scenario_reports_every_detector_and_every_baseline() -> None:
-    result = run_drift(limit=6_000)
+    result = run_drift(limit=3_000)
     assert set(result["scenarios"]) == set(SCENARIOS)
     for name, scenario in result["scenarios"].items():
         for detector in DETECTORS:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -129,3 +130,11 @@ def test_bench_sync_compares_the_three_policies(tmp_path: Path) -> None:
         for other in ("bsp", "asp"):
             expected = figures[f"{prefix}{other}_time_to_target_s"] / selective
             assert figures[f"{prefix}speedup_selective_vs_{other}"] == pytest.approx(expected)
+
+
+def test_every_registered_benchmark_resolves_to_a_function_taking_the_common_options() -> None:
+    from benchmarks.bench import BENCHMARKS, benchmark
+
+    for name in BENCHMARKS:
+        parameters = inspect.signature(benchmark(name)).parameters
+        assert {"dataset", "limit", "batch_size"} <= set(parameters), name

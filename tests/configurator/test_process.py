@@ -35,6 +35,16 @@ def _context() -> JobContext:
 
 @pytest.fixture
 def host() -> Iterator[ConfiguratorHost]:
+    """A host of its own, for a test that kills, stalls or must not start its child."""
+    started = ConfiguratorHost()
+    yield started
+    started.close()
+
+
+@pytest.fixture(scope="module")
+def serving_host() -> Iterator[ConfiguratorHost]:
+    """One host for the tests that only ask its child (torch's import costs seconds a
+    child): each leaves it serving."""
     started = ConfiguratorHost()
     yield started
     started.close()
@@ -53,15 +63,15 @@ def _run(
 
 
 def test_gp_opt_decides_in_the_child_as_it_would_in_process(
-    host: ConfiguratorHost, tmp_path: Path
+    serving_host: ConfiguratorHost, tmp_path: Path
 ) -> None:
     store = FileObjectStore(tmp_path)
-    hosted = make_configurator("gp", DEFAULT, _context(), History(store), host=host)
+    hosted = make_configurator("gp", DEFAULT, _context(), History(store), host=serving_host)
     assert isinstance(hosted, HostedConfigurator)
     in_process = make_configurator("gp", DEFAULT, _context())
     first = hosted.propose(0, [])
     assert first == in_process.propose(0, [])  # the calibrated prior's pick: deterministic
-    assert host.pid is not None and host.pid != os.getpid()
+    assert serving_host.pid is not None and serving_host.pid != os.getpid()
 
     history = _run(hosted, [_observe(EpochModel.prior(), first, 0.97, np.random.default_rng())], 3)
     hosted.close(history)
@@ -118,19 +128,22 @@ def test_a_job_s_configurator_may_take_a_share_of_its_deadline() -> None:
     assert answer_timeout_s(short) < answer_timeout_s(long) < 400.0
 
 
-def test_the_child_decides_at_a_lower_priority(host: ConfiguratorHost) -> None:
+def test_the_child_decides_at_a_lower_priority(serving_host: ConfiguratorHost) -> None:
     """It imports at the service's priority (once, at start) and decides below it."""
-    _run(host.configurator("gp", DEFAULT, _context(), None), [], 1)
-    assert host.pid is not None
+    _run(serving_host.configurator("gp", DEFAULT, _context(), None), [], 1)
+    assert serving_host.pid is not None
     assert (
-        os.getpriority(os.PRIO_PROCESS, host.pid) == os.getpriority(os.PRIO_PROCESS, 0) + NICENESS
+        os.getpriority(os.PRIO_PROCESS, serving_host.pid)
+        == os.getpriority(os.PRIO_PROCESS, 0) + NICENESS
     )
 
 
-def test_an_error_in_the_child_is_named_and_leaves_it_serving(host: ConfiguratorHost) -> None:
+def test_an_error_in_the_child_is_named_and_leaves_it_serving(
+    serving_host: ConfiguratorHost,
+) -> None:
     with pytest.raises(HostedError, match="unknown configurator 'nope'"):
-        host.call(_Open("k", "nope", DEFAULT, _context(), []))
-    _run(host.configurator("gp", DEFAULT, _context(), None), [], 1)
+        serving_host.call(_Open("k", "nope", DEFAULT, _context(), []))
+    _run(serving_host.configurator("gp", DEFAULT, _context(), None), [], 1)
 
 
 def test_static_never_needs_the_child(host: ConfiguratorHost) -> None:
@@ -180,9 +193,9 @@ def _running(pid: int) -> bool:
         return False
 
 
-def test_without_a_context_the_child_proposes_the_default(host: ConfiguratorHost) -> None:
+def test_without_a_context_the_child_proposes_the_default(serving_host: ConfiguratorHost) -> None:
     default = EpochConfig(**{**DEFAULT.as_dict(), "workers": 2})
-    assert host.configurator("gp", default, None, None).propose(0, []) == default
+    assert serving_host.configurator("gp", default, None, None).propose(0, []) == default
 
 
 def test_after_warming_up_a_refit_imports_nothing() -> None:
