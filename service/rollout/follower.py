@@ -36,7 +36,9 @@ class RegistryFollower:
         self.published = published
         self.on_tick = list(on_tick)
         self.looks = list(looks)
-        self._loop = BackgroundLoop("registry-follower")
+        # A stop sets ``published`` too, so the loop ends without waiting out a tick; the
+        # look it would have prompted is left to the next start or the next poll.
+        self._loop = BackgroundLoop("registry-follower", wake=published)
 
     def start(self, every: float | None) -> None:
         """Follow on a thread; ``every`` None: only this process's publications."""
@@ -57,6 +59,8 @@ class RegistryFollower:
         polled = time.monotonic()
         while not self._loop.stopped.is_set():
             self.published.wait(timeout=TICK_S)
+            if self._loop.stopped.is_set():
+                break
             self.tick()
             due = every is not None and time.monotonic() - polled >= every
             if not (self.published.is_set() or due):

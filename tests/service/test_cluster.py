@@ -116,9 +116,9 @@ def test_a_deposed_leaders_job_is_refused_by_the_database(
 def test_one_job_at_a_time_in_the_whole_cluster(
     make_replica: Callable[..., Driftline],
 ) -> None:
-    leader = make_replica("a", background=True, max_epochs=200, target_loss=1e-9)
+    leader = make_replica("a", background=True, max_epochs=100, target_loss=1e-9)
     leader.ingest(_events(300, 1, "e"))
-    # The bootstrap job (200 epochs) when it still runs, or one asked for by hand.
+    # The bootstrap job (100 epochs, seconds) when it still runs, or one asked for by hand.
     running = leader.retrainer.active_job_id or leader.retrain_now()
     with pytest.raises(JobAlreadyRunning) as refused:
         leader.retrain_now()
