@@ -200,11 +200,11 @@ def bench(
     """Run a benchmark and print its measured figures."""
     import inspect
 
-    from benchmarks.bench import BENCHMARKS, benchmark
+    from benchmarks.bench import BENCHMARKS
 
     if name not in BENCHMARKS:
         raise typer.BadParameter(f"unknown benchmark {name!r}; choose from {sorted(BENCHMARKS)}")
-    run = benchmark(name)
+    run = BENCHMARKS[name]
     options = {
         "workers": workers,
         "simulated_workers": simulated_workers,
