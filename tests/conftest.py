@@ -4,8 +4,8 @@
 PostgreSQL database, on PostgreSQL too, each time on a database of its own: a SQLite file
 under the test's ``tmp_path``, or a fresh PostgreSQL schema dropped after the test (see
 ``tests/support/databases.py``). A test's SQLite file starts as a copy of one migrated
-once per test process: running the migrations on each new file took about half a
-second a test.
+once per test process: migrating each new file would cost every test about half a
+second.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """Benchmarks behind ``driftline bench NAME``; each returns a dict of measured figures.
 
 ``BENCHMARKS`` maps each name to its function, importing a benchmark's module only
-when it is looked up: importing them all took about six seconds (torch, gpytorch, the
-broker, the cluster's tooling), paid by every ``driftline bench`` and ``demo`` run.
+when it is looked up: importing them all (torch, gpytorch, the broker, the cluster's
+tooling) costs seconds that every ``driftline bench`` and ``demo`` run would pay.
 """
 
 from __future__ import annotations
