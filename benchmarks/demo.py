@@ -230,6 +230,7 @@ def rollout_figures(client: httpx.Client) -> dict[str, object]:
                 "version": v["version"],
                 "trigger": job.get("trigger"),
                 "state": guard.get("state", "served at publication"),
+                "compared_with": guard.get("compared_with"),
                 "shadow_events": guard.get("events_compared"),
                 "decision": guard.get("decision"),
                 "reason": guard.get("reason"),
@@ -420,8 +421,20 @@ def summary_table(
     succeeded = [j for j in jobs if j["status"] == "succeeded"]
     table.add_row("retraining jobs (succeeded)", f"{len(jobs)} ({len(succeeded)})")
     table.add_row("model versions", str(len(client.get("/models").json()["versions"])))
-    table.add_row("serving model", str(health["model_version"]))
+    table.add_row("serving model", serving_line(health["model_version"], rollout))
     return table
+
+
+def serving_line(serving: str | None, rollout: dict[str, object]) -> str:
+    """The serving version, and the newest one when the guard still compares it in
+    shadow: a version published late in the stream has had few events to prove itself."""
+    rows = rollout["versions"]
+    assert isinstance(rows, list)
+    newest = rows[-1] if rows else None
+    if newest is None or newest["state"] != "shadow" or newest["version"] == serving:
+        return str(serving)
+    compared = newest["shadow_events"] or 0
+    return f"{serving} ({newest['version']} in shadow, {compared:,} events compared)"
 
 
 def top10_table(client: httpx.Client, user: str, titles: dict[str, str]) -> Table:

@@ -69,3 +69,25 @@ def test_replayed_states_its_rate_and_says_when_it_fell_behind() -> None:
 def test_demo_rejects_a_rate_that_is_not_positive() -> None:
     with pytest.raises(ValueError, match="rate must be a positive number"):
         demo.run_demo(rate=0.0)
+
+
+def _rollout(*rows: tuple[str, str, int | None]) -> dict[str, object]:
+    return {
+        "versions": [
+            {"version": version, "state": state, "shadow_events": events}
+            for version, state, events in rows
+        ]
+    }
+
+
+def test_the_serving_line_names_a_version_still_in_shadow_when_the_stream_ends() -> None:
+    rollout = _rollout(("v0001", "served at publication", None), ("v0002", "shadow", 340))
+    assert demo.serving_line("v0001", rollout) == "v0001 (v0002 in shadow, 340 events compared)"
+
+
+def test_the_serving_line_is_the_version_alone_once_the_guard_decided() -> None:
+    promoted = _rollout(("v0001", "served at publication", None), ("v0002", "watch", 2_000))
+    held = _rollout(("v0001", "served at publication", None), ("v0002", "held", 4_000))
+    assert demo.serving_line("v0002", promoted) == "v0002"
+    assert demo.serving_line("v0001", held) == "v0001"
+    assert demo.serving_line(None, _rollout()) == "None"

@@ -8,12 +8,13 @@ which version serves at the onset, and so on how fast jobs run beside the rest o
 suite: with the fold-in on, the inversion moves the live error only a few per cent. The
 alert, the drift job and the served retrained version are asserted where the stream
 controls them, in ``tests/e2e/test_drift_inversion.py``; detection delay is measured by
-``bench drift``."""
+``bench drift``. Likewise whether a retrained version has served by the end depends on
+when its job ends: one published in the stream's last seconds is still in shadow, and
+the demo says so beside the serving version."""
 
 from __future__ import annotations
 
-import os
-import re
+import json
 import subprocess
 import sys
 
@@ -22,28 +23,29 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
-def _figure(pattern: str, text: str) -> str:
-    found = re.search(pattern, text)
-    assert found, f"{pattern!r} not in the demo's output:\n{text}"
-    return found.group(1)
-
-
-def test_demo_through_kafka_retrains_within_the_stream_and_keeps_up_after_the_onset() -> None:
+def _demo_figures() -> dict:
     result = subprocess.run(
-        [sys.executable, "-m", "benchmarks", "demo", "--kafka"],
+        [sys.executable, "-m", "benchmarks", "demo", "--kafka", "--json"],
         capture_output=True,
         text=True,
         timeout=600,
         check=False,
-        env={**os.environ, "COLUMNS": "240"},  # one table row per line
     )
     out = result.stdout
     assert result.returncode == 0, out + result.stderr
-    assert int(_figure(r"model versions\s*│\s*(\d+)", out)) >= 2, out
-    assert _figure(r"serving model\s*│\s*(v\d+)", out) != "v0001", out
-    ours = float(_figure(r"RMSE after the onset, Driftline\s*│\s*([\d.]+)", out))
-    river = float(_figure(r"RMSE after the onset, river BiasedMF\s*│\s*([\d.]+)", out))
-    assert ours <= 1.05 * river, (ours, river)
-    ours = float(_figure(r"hit-rate@10 after the onset, Driftline\s*│\s*([\d.]+)", out))
-    river = float(_figure(r"hit-rate@10 after the onset, river BiasedMF\s*│\s*([\d.]+)", out))
-    assert ours >= 0.7 * river, (ours, river)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def test_demo_through_kafka_retrains_within_the_stream_and_keeps_up_after_the_onset() -> None:
+    figures = _demo_figures()
+    versions = figures["rollout"]["versions"]
+    assert len(versions) >= 2, figures
+    assert figures["jobs_succeeded"] >= 2, figures
+    newest = versions[-1]  # a retrained version, published while another served
+    promoted = newest["state"] in ("watch", "kept")
+    assert promoted or newest["state"] in ("shadow", "held", "rolled_back"), newest
+    expected = newest["version"] if promoted else newest["compared_with"]
+    assert figures["serving"] == expected, figures
+    after = figures["post_onset"]
+    assert after["rmse"]["driftline"] <= 1.05 * after["rmse"]["river"], after
+    assert after["hit_rate"]["driftline"] >= 0.7 * after["hit_rate"]["river"], after
