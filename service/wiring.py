@@ -434,6 +434,7 @@ def assemble(
         retrainer.published,
         on_tick=[
             trigger.start_deferred_drift,
+            trigger.ask_again,
             RetrainRequests(db, trigger).answer_pending,
             snapshots.tick,
             guard.tick,

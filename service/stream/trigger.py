@@ -12,8 +12,9 @@ still counts the events, so a replica that takes over asks at the same point. Th
 database refuses a job started by a deposed leader or beside an active one; the trigger
 logs that and asks again later.
 
-Ownership: ``after_batch`` runs on the ingest path; ``start_deferred_drift`` also runs on
-the registry follower's thread, so the deferred alert is guarded by its own lock.
+Ownership: ``after_batch`` runs on the ingest path; ``start_deferred_drift`` and
+``ask_again`` also run on the registry follower's thread, so the deferred alert and the
+policy's asks are each guarded by a lock of their own.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class RetrainTrigger:
         self._deferred_drift: tuple[str, int, int] | None = None
         self._deferred_lock = threading.Lock()
         self._observed_jobs: set[int] = set()  # jobs the policy has been told of
+        #: Whether the policy's last ask was put off because a version was on its way;
+        #: the ingest path and the registry follower's tick ask, one at a time.
+        self._put_off = False
+        self._asking = threading.Lock()
 
     # -- the ingest path ----------------------------------------------------------------
     def observe_events(self, labelled: int) -> None:
@@ -105,11 +110,30 @@ class RetrainTrigger:
                 change_after_id=alert.change_after_id,
             )
         self.start_deferred_drift()
-        if self.retrainer.active_job_id is None:
+        self._ask_policy()
+
+    def _ask_policy(self) -> None:
+        """Start the job the policy asks for now, unless a job runs; while a version is
+        on its way, ask again on the next tick (``ask_again``)."""
+        with self._asking:
+            if self.retrainer.active_job_id is not None:
+                return
             learner = self.learner
             trigger = self.policy.on_progress(learner.labelled_seen, learner.labelled_since_swap)
-            if trigger is not None and not self._version_on_its_way():
+            self._put_off = trigger is not None and self._version_on_its_way()
+            if trigger is not None and not self._put_off:
                 self.retrainer.request(trigger, base=learner.current)
+
+    def ask_again(self) -> None:
+        """Ask the policy again if the last ask was put off while a version was on its
+        way (a tick task): without it, a stream that pauses after that batch would wait
+        for its next event, a first model included."""
+        if not (self._put_off and self.enabled and self.leading()):
+            return
+        try:
+            self._ask_policy()
+        except (JobAlreadyRunning, NotLeaseHolder) as refused:
+            log.info("no job started: %s", refused)
 
     def start_deferred_drift(self) -> None:
         """Start the drift job an alert asked for while another job ran, if none runs now.
@@ -143,8 +167,9 @@ class RetrainTrigger:
         A scheduled job started meanwhile would build on the version being replaced and
         count its window from it, and a second bootstrap would train the same window
         again. The policy asks again after the next batch, counting from the new
-        version. It also keeps a job's window build off the swap's catch-up, the two
-        heaviest pieces of retraining work beside ``/recommend``.
+        version (or on the registry follower's next tick, ``ask_again``). It also keeps a
+        job's window build off the swap's catch-up, the two heaviest pieces of retraining
+        work beside ``/recommend``.
         """
         if self.retrainer.published.is_set() or self.swap_in_progress():
             return True
