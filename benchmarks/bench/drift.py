@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.baselines import RiverTrack
-from benchmarks.bench.prequential import _batch
+from benchmarks.bench.prequential import pipeline_events
 from benchmarks.bench.rollout import UNGUARDED, guard_figures, summarise_over_target
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings
@@ -112,7 +112,7 @@ def _replay(
     at_onset = (0.0, 0)
     for start in range(0, len(stream), size):
         stop = min(start + size, len(stream))
-        pipeline.ingest(_batch(stream, start, stop))
+        pipeline.ingest(pipeline_events(stream, start, stop))
         if river is None:
             continue
         if start <= since < stop or (start == 0 and since == 0):

@@ -59,7 +59,9 @@ LEARNING_PATH_STAGES = (
 )
 
 
-def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> list[NewEvent]:
+def pipeline_events(
+    stream: RatingStream, start: int, stop: int, prefix: str = "ev"
+) -> list[NewEvent]:
     """Events ``start``..``stop`` of ``stream`` as the pipeline takes them, with ids stable
     across replays."""
     return [
@@ -74,7 +76,7 @@ def _batch(stream: RatingStream, start: int, stop: int, prefix: str = "ev") -> l
     ]
 
 
-def _replay(
+def replay_beside_river(
     pipeline: Driftline, river: RiverTrack, stream: RatingStream, size: int, first: int = 0
 ) -> float:
     """Seconds the pipeline spent ingesting events ``first`` on, retraining included;
@@ -82,7 +84,7 @@ def _replay(
     spent = 0.0
     for start in range(first, len(stream), size):
         stop = min(start + size, len(stream))
-        batch = _batch(stream, start, stop)
+        batch = pipeline_events(stream, start, stop)
         began = time.perf_counter()
         pipeline.ingest(batch)
         spent += time.perf_counter() - began
@@ -129,7 +131,7 @@ def _run(stream: RatingStream, batch_size: int, **overrides: Any) -> dict[str, A
         clock.wrap("publication", pipeline, "_serve_inline_publication")
         time_learning_path(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
-        spent = _replay(pipeline, river, stream, batch_size)
+        spent = replay_beside_river(pipeline, river, stream, batch_size)
         # Jobs and what follows their publication run inline here; the service runs both
         # off the ingest path (the job thread, the registry follower), so both are
         # excluded: the training, and the loading, swapping and shadow starts.

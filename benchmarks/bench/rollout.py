@@ -145,7 +145,7 @@ def shadow_cost(
     Times are the ingesting thread's CPU time (``time.thread_time``), which other
     processes on a shared machine move far less than the wall clock.
     """
-    from benchmarks.bench.prequential import _batch
+    from benchmarks.bench.prequential import pipeline_events
 
     start = int(len(stream) * first)
     stop = min(len(stream), start + measured)
@@ -163,7 +163,7 @@ def shadow_cost(
         for pipeline in pipelines.values():
             pipeline.kernels_ready.wait()
             for at in range(0, start, batch_size):
-                pipeline.ingest(_batch(stream, at, min(at + batch_size, start)))
+                pipeline.ingest(pipeline_events(stream, at, min(at + batch_size, start)))
             pipeline.registry.publish(model, last_event_id=start, job_id=None, rmse=None)
             pipeline.swapper.follow_registry()
         shadowed = pipelines["with"]
@@ -174,7 +174,7 @@ def shadow_cost(
         for clock in stores.values():
             clock.seconds = 0.0
         for turn, at in enumerate(range(start, stop, batch_size)):
-            batch = _batch(stream, at, min(at + batch_size, stop))
+            batch = pipeline_events(stream, at, min(at + batch_size, stop))
             for name in sorted(spent, reverse=bool(turn % 2)):
                 began = time.thread_time()
                 pipelines[name].ingest(batch)

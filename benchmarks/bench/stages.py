@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.baselines import RiverTrack
-from benchmarks.bench.prequential import _batch, _replay, time_learning_path
+from benchmarks.bench.prequential import pipeline_events, replay_beside_river, time_learning_path
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
@@ -88,7 +88,7 @@ def steady_pipeline(
     pipeline = build_driftline(settings, background_retrain=False)
     pipeline.kernels_ready.wait()  # loaded at start, as a server does
     for start in range(0, warm, batch_size):
-        pipeline.ingest(_batch(stream, start, min(warm, start + batch_size), prefix))
+        pipeline.ingest(pipeline_events(stream, start, min(warm, start + batch_size), prefix))
     pipeline.retrain_now("bench")
     pipeline.trigger.enabled = False
     return pipeline
@@ -106,7 +106,7 @@ def run_stages(
         pipeline = steady_pipeline(stream, Path(tmp), warm, batch_size)
         _instrument(pipeline, clock)
         river = RiverTrack(ranking=pipeline.learner.ranking.sampler)
-        total = _replay(pipeline, river, stream, batch_size, first=warm)
+        total = replay_beside_river(pipeline, river, stream, batch_size, first=warm)
         pipeline.db.dispose()
     events = len(stream) - warm
     per_event = {stage: clock.seconds[stage] / events * 1e6 for stage in STAGES}

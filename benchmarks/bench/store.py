@@ -29,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection
 
 import service.store.events as event_store
-from benchmarks.bench.prequential import _batch
+from benchmarks.bench.prequential import pipeline_events
 from benchmarks.bench.stages import steady_pipeline
 from benchmarks.datasets.registry import open_ratings
 from benchmarks.stage_clock import StageClock
@@ -120,7 +120,7 @@ def run_store(
         pipeline = steady_pipeline(stream, Path(tmp), warm, batch_size)
 
         def ingest(start: int, stop: int) -> None:
-            pipeline.ingest(_batch(stream, start, stop))
+            pipeline.ingest(pipeline_events(stream, start, stop))
 
         clock = StageClock()
         clock.wrap("store", pipeline.writer, "store_all")
