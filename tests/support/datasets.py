@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.bench.prequential import _batch
+from benchmarks.bench.prequential import pipeline_events
 from benchmarks.datasets import RatingStream
 from benchmarks.datasets.registry import open_ratings, resolve
 from service.store.events import NewEvent
@@ -27,7 +27,7 @@ def movielens_or_generated(limit: int | None = None) -> RatingStream:
 def movielens_events(start: int, stop: int) -> list[NewEvent]:
     """Events ``start``..``stop`` of ``movielens_or_generated`` as the pipeline takes
     them, with the benchmarks' stable ids (``ev-<position>``)."""
-    return _batch(movielens_or_generated(limit=stop), start, stop)
+    return pipeline_events(movielens_or_generated(limit=stop), start, stop)
 
 
 def movielens_file() -> Path:
