@@ -71,7 +71,9 @@ def test_the_stream_process_leads_trains_and_dies_with_the_server(tmp_path: Path
                 answer = client.post("/ingest", json={"events": events[start : start + 250]})
                 assert answer.status_code == 200, answer.text
             _wait_idle(client)
-            deadline = time.monotonic() + 30
+            # The stream process learns what the server stored once it is up: on a
+            # loaded machine its start alone (imports, migrations) can take half a minute.
+            deadline = time.monotonic() + 120
             while client.get("/healthz").json()["model_version"] is None:
                 assert time.monotonic() < deadline, "the bootstrap version never served"
                 time.sleep(0.2)
