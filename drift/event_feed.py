@@ -12,18 +12,34 @@ with the same arithmetic, run over a heartbeat's values in one compiled loop
 
 from __future__ import annotations
 
+import importlib
 from typing import Any
 
 import numpy as np
-import river.drift
 from river.base import DriftDetector as RiverDetector
 
 from drift.page_hinkley import PageHinkley
 
-__all__ = ["RiverFeed"]
+__all__ = ["RiverFeed", "detector_class"]
 
 #: river detectors replaced by an equivalent that takes an array at a time.
 _COMPILED: dict[str, type[RiverDetector]] = {"PageHinkley": PageHinkley}
+
+
+def detector_class(name: str) -> type[RiverDetector]:
+    """The detector class ``name`` names: the compiled equivalent where there is one,
+    else river's own from ``river.drift``; ``ValueError`` when river has none.
+
+    ``river.drift`` is imported here, on first use, not with this module: it imports
+    river's data sets and with them scikit-learn and scipy.stats, about a second of
+    every process start, which the default detector (Page-Hinkley) does not need.
+    """
+    if name in _COMPILED:
+        return _COMPILED[name]
+    found = getattr(importlib.import_module("river.drift"), name, None)
+    if not isinstance(found, type):
+        raise ValueError(f"river.drift has no detector {name!r}")
+    return found
 
 
 class RiverFeed:
@@ -52,8 +68,7 @@ class RiverFeed:
     def __init__(
         self, detector: str, detector_params: dict[str, Any], block: int, level_events: int
     ) -> None:
-        build = _COMPILED.get(detector) or getattr(river.drift, detector)
-        self.river: RiverDetector = build(**detector_params)
+        self.river: RiverDetector = detector_class(detector)(**detector_params)
         self.block = block
         self.level_events = level_events
         self.changes = 0

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from river.drift import ADWIN
 
 from drift.base import DriftDetector
+from drift.event_feed import detector_class
 from drift.heartbeat import Heartbeat
 
 __all__ = ["DriftAlert", "DriftMonitor", "split_means"]
@@ -152,7 +152,8 @@ class DriftMonitor(DriftDetector):
         A new model has a new error level by design, so comparing it with the old
         model's heartbeats would only produce spurious changes.
         """
-        self._adwin = ADWIN(
+        adwin: Any = detector_class("ADWIN")  # river.drift.ADWIN, imported on first use
+        self._adwin = adwin(
             delta=self.delta,
             clock=1,
             grace_period=self.min_heartbeats,
