@@ -15,7 +15,10 @@ follower serves promotions and the guard's rollbacks on the other replicas as it
 serves any target.
 
 Ownership: ``registry_lock`` is held while choosing and swapping in the registry's
-target, so a rollback, the guard and the follower never swap against each other.
+target, so a rollback, the guard and the follower never swap against each other. The
+follower looks at the target first without it, and takes it only when the target is not
+what serves: its look every ``REGISTRY_POLL_SECONDS`` would otherwise hold the lock, and
+the trigger reads a held lock as a version on its way.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ from service.livefeed import EventBuffer
 from service.metrics import Metrics
 from service.serving.builder import ServingBuilder
 from service.serving.registry import LoadedVersion, ModelRegistry
+from service.serving.timeline import ServingChange
 from service.store import Database
 from service.store.jobs import job_trigger
 from service.stream.learner import Learner
@@ -147,18 +151,27 @@ class VersionSwapper:
         (``service.serving.timeline``).
         """
         self.retrainer.published.clear()
+        if not self._wants(self.registry.target()):
+            return False  # the usual look: nothing new, and the registry lock stays free
         with self.registry_lock:
-            change = self.registry.target()
-            if change is None or change.version == self.learner.serving.version:
-                return False
-            current = self.learner.current
-            if change.trigger == "publish" and current and change.at <= current.row["created_at"]:
+            change = self.registry.target()  # again: a rollback may have come meanwhile
+            if change is None or not self._wants(change):
                 return False
             trigger = "rollback" if change.trigger == "rollback" else None
             swapped = self.swap_to(change.version, trigger)
         if swapped:
             self.apply_retention()
         return swapped
+
+    def _wants(self, change: ServingChange | None) -> bool:
+        """Whether ``change`` asks for a version other than the one serving: not the
+        serving one, nor a publication older than it."""
+        if change is None or change.version == self.learner.serving.version:
+            return False
+        current = self.learner.current
+        return not (
+            change.trigger == "publish" and current and change.at <= current.row["created_at"]
+        )
 
     def rollback(self, version: str, actor: str) -> dict[str, Any]:
         """Serve the earlier ``version`` again, recorded as ``actor``'s rollback.

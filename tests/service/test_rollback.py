@@ -7,6 +7,7 @@ tests need no training run.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 
 import pytest
@@ -108,6 +109,43 @@ def test_the_registry_follower_keeps_a_rollback_until_a_newer_version_is_publish
     assert client.get("/models").json()["current"] == first
     third = _publish(client, 3)
     assert client.get("/models").json()["current"] == third
+
+
+class _CountingLock:
+    """A lock that counts how often it was taken."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.taken = 0
+
+    def __enter__(self) -> None:
+        self._lock.acquire()
+        self.taken += 1
+
+    def __exit__(self, *_: object) -> None:
+        self._lock.release()
+
+    def locked(self) -> bool:
+        return self._lock.locked()
+
+
+def test_a_look_at_the_registry_that_finds_nothing_new_leaves_the_lock_free(
+    two: tuple[TestClient, str, str],
+) -> None:
+    """The trigger reads a held registry lock as a version on its way; a look every
+    REGISTRY_POLL_SECONDS that held it would put off scheduled jobs for nothing."""
+    client, first, _second = two
+    pipeline = client.app.state.driftline
+    lock = _CountingLock()
+    pipeline.swapper.registry_lock = lock
+    assert not pipeline.swapper.follow_registry()
+    assert lock.taken == 0
+    client.post(f"/models/{first}/rollback")
+    assert lock.taken == 1  # the rollback's own swap
+    assert not pipeline.swapper.follow_registry()  # serving the target already
+    assert lock.taken == 1
+    third = _publish(client, 3)  # a new target: the look takes the lock to swap
+    assert lock.taken == 2 and client.get("/models").json()["current"] == third
 
 
 def test_a_rollback_restarts_the_drift_monitor_as_a_new_regime(
