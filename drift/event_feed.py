@@ -5,41 +5,22 @@ mean of a block of errors, or divided by the regime's level, and reports whether
 signalled a change. Only ADWIN's window can be saved exactly, so the feed also reads
 and writes that window for the monitor's state.
 
-Page-Hinkley, the default detector, is ``drift.page_hinkley.PageHinkley``: river's test
-with the same arithmetic, run over a heartbeat's values in one compiled loop
-(``feed_all``) instead of one Python call per event.
+Page-Hinkley, the default detector, is ``drift.page_hinkley.PageHinkley``
+(``drift.detector_classes`` picks it): river's test with the same arithmetic, run over
+a heartbeat's values in one compiled loop (``feed_all``) instead of one Python call per
+event.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import Any
 
 import numpy as np
 from river.base import DriftDetector as RiverDetector
 
-from drift.page_hinkley import PageHinkley
+from drift.detector_classes import detector_class
 
-__all__ = ["RiverFeed", "detector_class"]
-
-#: river detectors replaced by an equivalent that takes an array at a time.
-_COMPILED: dict[str, type[RiverDetector]] = {"PageHinkley": PageHinkley}
-
-
-def detector_class(name: str) -> type[RiverDetector]:
-    """The detector class ``name`` names: the compiled equivalent where there is one,
-    else river's own from ``river.drift``; ``ValueError`` when river has none.
-
-    ``river.drift`` is imported here, on first use, not with this module: it imports
-    river's data sets and with them scikit-learn and scipy.stats, about a second of
-    every process start, which the default detector (Page-Hinkley) does not need.
-    """
-    if name in _COMPILED:
-        return _COMPILED[name]
-    found = getattr(importlib.import_module("river.drift"), name, None)
-    if not isinstance(found, type):
-        raise ValueError(f"river.drift has no detector {name!r}")
-    return found
+__all__ = ["RiverFeed"]
 
 
 class RiverFeed:

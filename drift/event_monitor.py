@@ -33,7 +33,7 @@ import numpy as np
 
 from drift.base import DriftDetector, RecordLoader
 from drift.event_confirm import RiseConfirmation
-from drift.event_feed import RiverFeed, detector_class
+from drift.event_feed import RiverFeed
 from drift.event_record import BLOCK, ErrorRecord
 from drift.event_state import StateError, restore_state, save_state, with_record_read
 from drift.heartbeat import Heartbeat
@@ -127,7 +127,6 @@ class EventDriftMonitor(DriftDetector):
             )
         if reference_events < 2 * BLOCK or min_events < 1:
             raise ValueError("reference_events must be >= 200 and min_events >= 1")
-        detector_class(detector)  # a name river does not have fails here, not at the first event
         self.detector = detector
         self.detector_params = dict(detector_params or {})
         self.min_relative_drop = min_relative_drop

@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from drift.base import DriftDetector
-from drift.event_feed import detector_class
+from drift.detector_classes import detector_class
 from drift.heartbeat import Heartbeat
 
 __all__ = ["DriftAlert", "DriftMonitor", "split_means"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import river.drift
 
-from drift.event_feed import detector_class
+from drift.detector_classes import detector_class
 from drift.page_hinkley import PageHinkley
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import river.drift
 
-import drift.event_feed
+import drift.detector_classes
 from drift import DriftAlert, EventDriftMonitor, HeartbeatAggregator, UserKeys, make_detector
 from drift.page_hinkley import PageHinkley
 from drift.segments import SegmentBuffer, SegmentRules, attribute_rise
@@ -92,7 +92,7 @@ def test_the_event_detector_alerts_where_rivers_detector_fed_per_event_does(
     errors = np.r_[errors, errors]
     keys = UserKeys()(users + users)
     fast, feed = _alerts(name, errors, keys)
-    monkeypatch.setattr(drift.event_feed, "_COMPILED", {})  # river's own, per event
+    monkeypatch.setattr(drift.detector_classes, "_COMPILED", {})  # river's own, per event
     reference, reference_feed = _alerts(name, errors, keys)
     assert len(fast) >= 2 and all(alert.change_events is not None for alert in fast)
     assert fast == reference

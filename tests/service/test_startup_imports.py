@@ -1,7 +1,7 @@
 """A process built from the default settings imports what they use, not every choice.
 
 ``river.drift`` imports river's data sets, and with them scikit-learn and scipy.stats:
-about a second of every start of ``driftline serve``, ``stream`` and ``consume``. The
+a large part of every start of ``driftline serve``, ``stream`` and ``consume``. The
 default detector (Page-Hinkley, compiled) needs none of it; a setting that picks one of
 river's own detectors imports it then (``tests/drift/test_detector_class.py``). PyTorch
 and GPyTorch wait for a job's configurator in the same way.
